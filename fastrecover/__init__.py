@@ -1,5 +1,6 @@
 """fastrecover: KIP-333 ``enable.parallel.rebalance`` for confluent-kafka."""
 
+from fastrecover.consumer import Consumer
 from fastrecover.errors import (
     CodecError,
     ConfigError,
@@ -15,6 +16,7 @@ from fastrecover.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Consumer",
     "CodecError",
     "ConfigError",
     "CorruptTokenError",

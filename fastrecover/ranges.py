@@ -179,3 +179,24 @@ def merged_committed(primary: int | None, open_ranges: Iterable[RangeProgress]) 
     if lows:
         return min(lows)
     return primary
+
+
+def split_commit(
+    offsets: Sequence[tuple[K, int]], ranges: dict[K, Sequence[tuple[int, OffsetRange]]]
+) -> tuple[list[tuple[K, int]], dict[int, int]]:
+    """Route commit offsets to the two commit logs.
+
+    ``offsets`` are (partition key, next offset) pairs; ``ranges`` maps a
+    partition key to its open (range id, span) pairs.  Returns the pairs the
+    primary commits to Kafka and, per range id, the highest next offset
+    committed into that range.
+    """
+    primary: list[tuple[K, int]] = []
+    routed: dict[int, int] = {}
+    for key, next_offset in offsets:
+        range_id = route_commit(next_offset, ranges.get(key, ()))
+        if range_id is None:
+            primary.append((key, next_offset))
+        else:
+            routed[range_id] = max(next_offset, routed.get(range_id, next_offset))
+    return primary, routed

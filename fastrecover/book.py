@@ -1,0 +1,194 @@
+"""The range book: the ranges this member holds and how far each has got.
+
+Kept on the primary's thread only.  For every held range it keeps two views of
+progress: ``durable`` (what the store has, the child's commit log) and
+``pending`` (durable plus offsets finished since the last store commit).  A
+commit writes pending to the store and, once that succeeded, makes it durable;
+the Kafka commit-metadata mirror is always built from durable progress so that
+it never claims more than the store does.  A third view, ``stored``, adds the
+offsets that were only *stored* (auto offset store, ``store_offsets``): like
+librdkafka's offset store they are committed by the next offset-less commit()
+or auto-commit, while ``commit(message=...)`` commits exactly its message.  No
+I/O happens here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from fastrecover.child import RangeWork
+from fastrecover.codec import encode_mirror
+from fastrecover.ranges import OffsetRange, RangeProgress
+from fastrecover.tokens import Token, TopicPartitionKey
+
+
+@dataclass
+class Held:
+    """One range this member holds (or keeps parked while the store is down)."""
+
+    token: Token
+    pending: RangeProgress
+    stored: RangeProgress
+    parked: bool = False
+    skipped: int = 0
+
+    @property
+    def durable(self) -> RangeProgress:
+        return self.token.progress
+
+    @property
+    def dirty(self) -> bool:
+        return self.pending != self.token.progress or self.skipped != self.token.skipped
+
+
+class RangeBook:
+    """Held ranges by id and by partition, with cached commit-metadata mirrors."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Held] = {}
+        self._by_key: dict[TopicPartitionKey, list[int]] = {}
+        self._mirror: dict[TopicPartitionKey, str] = {}
+        self._next_parked_id = -1
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    @property
+    def has_work(self) -> bool:
+        return any(not h.parked for h in self._by_id.values())
+
+    def add(self, token: Token) -> Held:
+        held = Held(token, token.progress, token.progress, skipped=token.skipped)
+        self._insert(held)
+        return held
+
+    def park(self, key: TopicPartitionKey, group: str, progress: RangeProgress) -> Held:
+        """Keep a mirrored range we could not claim (store down) so the mirror keeps it alive."""
+        token = Token(self._next_parked_id, group, key.topic, key.partition, progress)
+        self._next_parked_id -= 1
+        held = Held(token, progress, progress, parked=True)
+        self._insert(held)
+        return held
+
+    def _insert(self, held: Held) -> None:
+        self._by_id[held.token.id] = held
+        self._by_key.setdefault(held.token.key, []).append(held.token.id)
+        self._mirror.pop(held.token.key, None)
+
+    def get(self, token_id: int) -> Held | None:
+        return self._by_id.get(token_id)
+
+    def held(self, key: TopicPartitionKey | None = None) -> list[Held]:
+        if key is None:
+            return list(self._by_id.values())
+        return [self._by_id[i] for i in self._by_key.get(key, ())]
+
+    def keys(self) -> list[TopicPartitionKey]:
+        return list(self._by_key)
+
+    def spans(self, key: TopicPartitionKey) -> list[tuple[int, OffsetRange]]:
+        """Open, claimed ranges of a partition, for commit routing."""
+        return [(i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked]
+
+    def remove(self, token_id: int) -> Held | None:
+        held = self._by_id.pop(token_id, None)
+        if held is not None:
+            ids = self._by_key.get(held.token.key, [])
+            if token_id in ids:
+                ids.remove(token_id)
+            if not ids:
+                self._by_key.pop(held.token.key, None)
+            self._mirror.pop(held.token.key, None)
+        return held
+
+    def remove_partitions(self, keys: Iterable[TopicPartitionKey]) -> list[Held]:
+        removed: list[Held] = []
+        for key in list(keys):
+            for token_id in list(self._by_key.get(key, ())):
+                held = self.remove(token_id)
+                if held is not None:
+                    removed.append(held)
+        return removed
+
+    def mark_done(self, token_id: int, offsets: Iterable[int]) -> None:
+        """Offsets to commit with the next commit of this range (explicit commit, gaps)."""
+        held = self._by_id.get(token_id)
+        if held is not None:
+            done = list(offsets)
+            held.pending = held.pending.mark_done(done)
+            held.stored = held.stored.mark_done(done)
+
+    def mark_stored(self, token_id: int, offsets: Iterable[int]) -> None:
+        """Offsets the offset store holds: committed by the next offset-less commit."""
+        held = self._by_id.get(token_id)
+        if held is not None:
+            held.stored = held.stored.mark_done(offsets)
+
+    def commit_upto(self, token_id: int, next_offset: int) -> None:
+        held = self._by_id.get(token_id)
+        if held is not None:
+            held.pending = held.pending.commit_upto(next_offset)
+            held.stored = held.stored.commit_upto(next_offset)
+
+    def store_upto(self, token_id: int, next_offset: int) -> None:
+        held = self._by_id.get(token_id)
+        if held is not None:
+            held.stored = held.stored.commit_upto(next_offset)
+
+    def promote_stored(self, keys: Iterable[TopicPartitionKey] | None = None) -> None:
+        """An offset-less commit takes everything stored so far."""
+        pool = self._by_id.values() if keys is None else [h for k in keys for h in self.held(k)]
+        for held in pool:
+            held.pending = held.stored
+
+    def skip_to(self, token_id: int, low: int) -> int:
+        held = self._by_id.get(token_id)
+        if held is None:
+            return 0
+        held.pending, lost = held.pending.skip_to(low)
+        held.stored, _ = held.stored.skip_to(low)
+        held.skipped += lost
+        return lost
+
+    def dirty(self, keys: Iterable[TopicPartitionKey] | None = None) -> list[Held]:
+        pool = self._by_id.values() if keys is None else [h for k in keys for h in self.held(k)]
+        return [h for h in pool if h.dirty and not h.parked]
+
+    def settle(self, token: Token) -> None:
+        """The store accepted ``token``: it is the new durable state; drop it once done."""
+        held = self._by_id.get(token.id)
+        if held is None:
+            return
+        held.token = token
+        held.pending = token.progress
+        held.stored = held.stored.commit_upto(token.progress.committed).mark_done(token.progress.completed)
+        self._mirror.pop(token.key, None)
+        if token.progress.done:
+            self.remove(token.id)
+
+    def replace_token(self, token: Token) -> None:
+        """Adopt a re-claimed token (new epoch) keeping the pending progress."""
+        held = self._by_id.get(token.id)
+        if held is not None:
+            held.token = replace(token, progress=token.progress)
+            held.pending = held.pending if held.pending.committed >= token.progress.committed else token.progress
+
+    def open_durable(self, key: TopicPartitionKey) -> list[RangeProgress]:
+        return [h.durable for h in self.held(key)]
+
+    def mirror(self, key: TopicPartitionKey) -> str:
+        """Commit-metadata text of a partition's open ranges (cached until they change)."""
+        text = self._mirror.get(key)
+        if text is None:
+            text = encode_mirror(self.open_durable(key))
+            self._mirror[key] = text
+        return text
+
+    def works(self) -> list[RangeWork]:
+        """Read orders for a (re)started child: resume each range from its progress."""
+        return [
+            RangeWork(h.token.id, h.token.key, h.stored.committed, h.stored.end, h.stored.completed)
+            for h in self._by_id.values()
+            if not h.parked and not h.stored.done
+        ]

@@ -1,0 +1,221 @@
+"""Splitting and validating the consumer configuration.
+
+``fastrecover.Consumer`` takes one dict, like ``confluent_kafka.Consumer``.  Our
+own keys (``enable.parallel.rebalance`` and ``fastrecover.*``) are validated
+here and stripped; everything else goes to librdkafka untouched, so librdkafka
+stays the judge of its own properties.  An unknown ``fastrecover.*`` key is an
+error rather than a silent no-op because a typo there would quietly disable a
+safety setting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastrecover.errors import ConfigError
+
+ENABLE_KEYS = ("enable.parallel.rebalance", "enable_parallel_rebalance")
+PREFIX = "fastrecover."
+CHILD_PREFIX = "fastrecover.child."
+DEFAULT_STORE_FILE = "fastrecover.db"
+
+
+def _default_store_url() -> str:
+    return "sqlite:///" + os.path.join(os.getcwd(), DEFAULT_STORE_FILE)
+
+
+def parse_bool(key: str, value: object) -> bool:
+    """Booleans the way librdkafka accepts them: bool or true/false strings."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"{key}: expected a boolean (True/False or 'true'/'false'), got {value!r}")
+
+
+def _int_parser(minimum: int, maximum: int | None = None) -> Callable[[str, object], int]:
+    def parse(key: str, value: object) -> int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got boolean {value!r}")
+        if isinstance(value, int):
+            number = value
+        elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            number = int(value.strip())
+        else:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if number < minimum or (maximum is not None and number > maximum):
+            bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+            raise ConfigError(f"{key}: {number} is out of range, must be {bound}")
+        return number
+
+    return parse
+
+
+def _store_url(key: str, value: object) -> str:
+    if not isinstance(value, str) or "://" not in value:
+        raise ConfigError(f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {value!r}")
+    return value
+
+
+def _owner(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 255:
+        raise ConfigError(f"{key}: expected a non-empty string of at most 255 characters, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class _Key:
+    default: Any
+    parse: Callable[[str, object], Any]
+    doc: str
+
+
+#: Every fastrecover key, its default and parser; docs/configuration.md mirrors this table.
+KEYS: dict[str, _Key] = {
+    "fastrecover.store.url": _Key(
+        None, _store_url, "SQLAlchemy URL of the range-token store (the child's commit log)."
+    ),
+    "fastrecover.store.create": _Key(
+        True, parse_bool, "Create the schema in an empty store on first use (a store that is behind is refused)."
+    ),
+    "fastrecover.backfill.min.offsets": _Key(
+        100, _int_parser(1), "Smallest lag E - C split off to the child; smaller lags are read by the primary."
+    ),
+    "fastrecover.backfill.queue.max.messages": _Key(
+        10_000, _int_parser(1), "Records the child may hold for poll(); when full it pauses its partitions."
+    ),
+    "fastrecover.backfill.batch.size": _Key(
+        500, _int_parser(1, 100_000), "Records the child fetches per consume() call."
+    ),
+    "fastrecover.commit.mirror": _Key(
+        True, parse_bool, "Mirror open ranges into the primary's Kafka commit metadata."
+    ),
+    "fastrecover.owner.id": _Key(
+        None, _owner, "Owner name written on claimed tokens (default: host, pid and a random suffix)."
+    ),
+    "fastrecover.revoke.timeout.ms": _Key(
+        10_000, _int_parser(0, 600_000), "How long a revoke waits for the child to let go of a partition."
+    ),
+    "fastrecover.store.retry.backoff.ms": _Key(
+        1_000, _int_parser(0, 600_000), "Wait before retrying a failed backfill commit to the store."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated fastrecover settings of one consumer."""
+
+    enabled: bool = False
+    store_url: str = field(default_factory=_default_store_url)
+    store_create: bool = True
+    backfill_min_offsets: int = 100
+    queue_max_messages: int = 10_000
+    batch_size: int = 500
+    commit_mirror: bool = True
+    owner_id: str | None = None
+    revoke_timeout_s: float = 10.0
+    retry_backoff_s: float = 1.0
+    child_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, Any], Settings]:
+    """Return (librdkafka config, fastrecover settings) from a user config and kwargs.
+
+    Keyword arguments merge over the dict, as confluent_kafka does for its own
+    kwargs; ``enable_parallel_rebalance=True`` is the Python spelling of the switch.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config must be a dict of properties, got {type(config).__name__}")
+    merged: dict[str, Any] = dict(config)
+    merged.update(kwargs)
+    enabled = False
+    values: dict[str, Any] = {}
+    child: dict[str, Any] = {}
+    passthrough: dict[str, Any] = {}
+    for key, value in merged.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"config keys must be strings, got {key!r}")
+        if key in ENABLE_KEYS:
+            enabled = parse_bool(key, value)
+        elif key.startswith(CHILD_PREFIX):
+            child[key[len(CHILD_PREFIX) :]] = value
+        elif key.startswith(PREFIX):
+            spec = KEYS.get(key)
+            if spec is None:
+                known = ", ".join(sorted(KEYS))
+                raise ConfigError(f"unknown fastrecover key {key!r}; known keys: {known}, fastrecover.child.*")
+            values[key] = spec.parse(key, value)
+        else:
+            passthrough[key] = value
+    if enabled and not passthrough.get("group.id"):
+        raise ConfigError("enable.parallel.rebalance needs group.id: range tokens are kept per consumer group")
+    get = lambda key: values.get(key, KEYS[key].default)  # noqa: E731
+    settings = Settings(
+        enabled=enabled,
+        store_url=get("fastrecover.store.url") or _default_store_url(),
+        store_create=get("fastrecover.store.create"),
+        backfill_min_offsets=get("fastrecover.backfill.min.offsets"),
+        queue_max_messages=get("fastrecover.backfill.queue.max.messages"),
+        batch_size=get("fastrecover.backfill.batch.size"),
+        commit_mirror=get("fastrecover.commit.mirror"),
+        owner_id=get("fastrecover.owner.id"),
+        revoke_timeout_s=get("fastrecover.revoke.timeout.ms") / 1000.0,
+        retry_backoff_s=get("fastrecover.store.retry.backoff.ms") / 1000.0,
+        child_overrides=child,
+    )
+    return passthrough, settings
+
+
+def is_cooperative(conf: Mapping[str, Any]) -> bool:
+    """Whether rebalances hand out partitions incrementally (incremental_assign)."""
+    strategy = str(conf.get("partition.assignment.strategy", ""))
+    protocol = str(conf.get("group.protocol", "classic")).lower()
+    return "cooperative" in strategy or protocol == "consumer"
+
+
+#: librdkafka keys the child must not inherit: it never joins the group and never commits to Kafka.
+_CHILD_DROP = (
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "group.protocol",
+    "group.remote.assignor",
+    "on_commit",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "enable.partition.eof",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "isolation.level",
+    "client.id",
+)
+
+
+def child_config(primary: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+    """The child consumer's librdkafka config, derived from the primary's.
+
+    It keeps connection and security settings, uses assign() only, never
+    commits to Kafka (its commit log is the store) and turns offset-out-of-range
+    into an error so retention gaps are counted instead of silently reset.
+    """
+    conf = {k: v for k, v in primary.items() if k not in _CHILD_DROP}
+    conf.update(
+        {
+            "group.id": f"{primary['group.id']}.fastrecover-child",
+            "client.id": f"{primary.get('client.id', 'rdkafka')}-fastrecover-child",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    if "isolation.level" in primary:
+        conf["isolation.level"] = primary["isolation.level"]
+    conf.update(settings.child_overrides)
+    return conf
