@@ -1,0 +1,186 @@
+"""The ``fastrecover`` command line: store administration and inspection.
+
+Adding a command: write ``_add_<name>_parser(subparsers)`` that registers its
+arguments and ``set_defaults(func=_cmd_<name>)``, write ``_cmd_<name>(args) ->
+int``, and call the former from :func:`_build_parser`.  Commands raise
+FastRecoverError for anything the user can fix; :func:`main` prints those as
+one line on stderr with exit code 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastrecover import __version__
+from fastrecover.errors import FastRecoverError
+from fastrecover.store import HEAD_REVISION, mask_url, open_store, upgrade
+from fastrecover.tokens import Token
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+STORE_URL_ENV = "FASTRECOVER_STORE_URL"
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _add_store_url(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get(STORE_URL_ENV)
+    parser.add_argument(
+        "--store-url",
+        default=default,
+        required=default is None,
+        metavar="URL",
+        help=f"SQLAlchemy URL of the range store, e.g. sqlite:///fastrecover.db or "
+        f"postgresql+psycopg://user@host/db (default: ${STORE_URL_ENV})",
+    )
+
+
+# -- db -----------------------------------------------------------------------
+
+
+def _add_db_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    db = subparsers.add_parser("db", help="manage the range-store schema")
+    db_sub = db.add_subparsers(dest="db_command", metavar="DB_COMMAND", required=True)
+    up = db_sub.add_parser("upgrade", help="create or migrate the store schema to this version's revision")
+    _add_store_url(up)
+    up.set_defaults(func=_cmd_db_upgrade)
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    revision = upgrade(args.store_url)
+    head = " (head)" if revision == HEAD_REVISION else ""
+    print(f"range store {mask_url(args.store_url)} is at schema revision {revision}{head}")
+    return EXIT_OK
+
+
+# -- status -------------------------------------------------------------------
+
+
+def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = subparsers.add_parser("status", help="show the backfill ranges recorded in the store")
+    _add_store_url(status)
+    status.add_argument("--group", help="only this consumer group")
+    status.add_argument("--all", action="store_true", help="include finished (done) ranges")
+    status.set_defaults(func=_cmd_status)
+
+
+_STATUS_HEADER = (
+    "GROUP",
+    "TOPIC",
+    "PART",
+    "ID",
+    "RANGE",
+    "COMMITTED",
+    "PROGRESS",
+    "REMAINING",
+    "SKIPPED",
+    "OWNER",
+    "EPOCH",
+    "STATE",
+)
+_RIGHT_ALIGNED = frozenset({"PART", "ID", "COMMITTED", "PROGRESS", "REMAINING", "SKIPPED", "EPOCH"})
+
+
+def _status_row(token: Token) -> tuple[str, ...]:
+    p = token.progress
+    size = p.end - p.start
+    finished = size - p.remaining
+    percent = 100.0 if size == 0 else 100.0 * finished / size
+    return (
+        token.group,
+        token.topic,
+        str(token.partition),
+        str(token.id),
+        f"[{p.start}, {p.end})",
+        str(p.committed),
+        f"{percent:.1f}%",
+        str(p.remaining),
+        str(token.skipped),
+        token.owner or "-",
+        str(token.epoch),
+        token.state.value,
+    )
+
+
+def format_status(tokens: Sequence[Token]) -> str:
+    """A plain-text table, one line per range, sorted by group/topic/partition/offset."""
+    ordered = sorted(tokens, key=lambda t: (t.group, t.topic, t.partition, t.span.start))
+    rows = [_status_row(t) for t in ordered]
+    widths = [max(len(r[i]) for r in [_STATUS_HEADER, *rows]) for i in range(len(_STATUS_HEADER))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if h in _RIGHT_ALIGNED else c.ljust(w)
+            for c, w, h in zip(cells, widths, _STATUS_HEADER, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(_STATUS_HEADER), *(line(r) for r in rows)])
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    with open_store(args.store_url, create=False) as store:
+        tokens = store.ranges(args.group, include_done=args.all, skip_corrupt=True)
+    what = "ranges" if args.all else "open ranges"
+    scope = f" of group {args.group!r}" if args.group else ""
+    if not tokens:
+        print(f"no {what}{scope} in {store.url}")
+        return EXIT_OK
+    print(format_status(tokens))
+    open_tokens = [t for t in tokens if t.is_open]
+    remaining = sum(t.progress.remaining for t in open_tokens)
+    skipped = sum(t.skipped for t in tokens)
+    counts = f"{len(tokens)} {what}{scope}"
+    if args.all:
+        counts += f" ({len(open_tokens)} open)"
+    print(f"\n{counts}: {remaining} records left to backfill, {skipped} skipped (lost to retention)")
+    return EXIT_OK
+
+
+# -- entry point --------------------------------------------------------------
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastrecover",
+        description="KIP-333 parallel rebalance for confluent-kafka: range-store tools.",
+    )
+    parser.add_argument("--version", action="version", version=f"fastrecover {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv: debug)"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_db_parser(subparsers)
+    _add_status_parser(subparsers)
+    return parser
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the process exit code (0 ok, 2 usage or fastrecover error)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    func: Any = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    _configure_logging(args.verbose)
+    command: Command = func
+    try:
+        return command(args)
+    except FastRecoverError as exc:
+        print(f"fastrecover: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fastrecover: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

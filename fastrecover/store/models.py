@@ -1,0 +1,174 @@
+"""The persisted shape of a range token, and the checks applied when reading one.
+
+The table is the child's "second commit log" of KIP-333: one row per backfill
+range.  The schema itself is owned by the Alembic migrations under
+``migrations/``; this declarative model must stay identical to what the head
+migration creates (the integration tests compare them).  Rows are validated on
+every read because a store can be edited by hand or by a buggy older version,
+and a silently wrong range could make the child skip records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from fastrecover.codec import decode_completed
+from fastrecover.errors import CodecError, CorruptTokenError
+from fastrecover.ranges import RangeProgress
+from fastrecover.tokens import Token, TokenState
+
+TABLE_NAME = "fastrecover_ranges"
+#: Our own Alembic version table, so the store can share a database with an
+#: application that runs its own Alembic migrations.
+VERSION_TABLE = "fastrecover_alembic_version"
+NAME_MAX = 255
+
+#: Deterministic constraint names keep migrations portable across dialects.
+NAMING_CONVENTION: dict[str, str] = {
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: SQLite only auto-increments an ``INTEGER PRIMARY KEY``; BIGINT there would not.
+BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class RangeRow(Base):
+    """One backfill range of one partition of one consumer group."""
+
+    __tablename__ = TABLE_NAME
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    group_id: Mapped[str] = mapped_column(String(NAME_MAX), nullable=False)
+    topic: Mapped[str] = mapped_column(String(NAME_MAX), nullable=False)
+    partition: Mapped[int] = mapped_column(Integer, nullable=False)
+    start_offset: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    end_offset: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    committed_offset: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    completed: Mapped[str] = mapped_column(Text, nullable=False, default="", server_default="")
+    skipped: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    owner: Mapped[str | None] = mapped_column(String(NAME_MAX), nullable=True)
+    epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    state: Mapped[str] = mapped_column(String(8), nullable=False, default="open", server_default="open")
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=text("CURRENT_TIMESTAMP")
+    )
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=text("CURRENT_TIMESTAMP")
+    )
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    __table_args__ = (
+        UniqueConstraint("group_id", "topic", "partition", "start_offset", name="uq_fastrecover_ranges_key"),
+        Index("ix_fastrecover_ranges_group_state", "group_id", "state"),
+        CheckConstraint("start_offset >= 0", name="start_nonneg"),
+        CheckConstraint(
+            "start_offset <= committed_offset AND committed_offset <= end_offset", name="committed_in_range"
+        ),
+        CheckConstraint("state IN ('open', 'done')", name="state_known"),
+    )
+
+
+def _corrupt(row_id: object, field: str, value: object, why: str) -> CorruptTokenError:
+    return CorruptTokenError(f"range token row id={row_id}: field {field}={value!r} is invalid: {why}")
+
+
+def token_from_row(row: Mapping[Any, Any]) -> Token:
+    """Turn a ``fastrecover_ranges`` row mapping into a Token, or refuse loudly.
+
+    Raises CorruptTokenError naming the row id, the field and the value, so an
+    operator can find and repair exactly that row; the codec's own error is kept
+    as the cause.
+    """
+    row_id = row["id"]
+    for name in ("group_id", "topic"):
+        if not isinstance(row[name], str) or not row[name]:
+            raise _corrupt(row_id, name, row[name], "must be a non-empty string")
+    ints = ("partition", "start_offset", "end_offset", "committed_offset", "skipped", "epoch")
+    for name in ints:
+        if not isinstance(row[name], int) or isinstance(row[name], bool):
+            raise _corrupt(row_id, name, row[name], "must be an integer")
+    start, end, committed = row["start_offset"], row["end_offset"], row["committed_offset"]
+    try:
+        state = TokenState(row["state"])
+    except ValueError:
+        raise _corrupt(row_id, "state", row["state"], "must be 'open' or 'done'") from None
+    if row["partition"] < 0:
+        raise _corrupt(row_id, "partition", row["partition"], "must be >= 0")
+    if start < 0:
+        raise _corrupt(row_id, "start_offset", start, "must be >= 0")
+    if end < start:
+        raise _corrupt(row_id, "end_offset", end, f"is below start_offset {start}")
+    if not start <= committed <= end:
+        raise _corrupt(row_id, "committed_offset", committed, f"is outside [{start}, {end}]")
+    if state is TokenState.DONE and committed != end:
+        raise _corrupt(row_id, "state", state.value, f"is done but committed_offset {committed} < {end}")
+    for name in ("skipped", "epoch"):
+        if row[name] < 0:
+            raise _corrupt(row_id, name, row[name], "must be >= 0")
+    text_value = row["completed"]
+    if text_value is None:
+        text_value = ""
+    if not isinstance(text_value, str):
+        raise _corrupt(row_id, "completed", text_value, "must be text")
+    try:
+        completed = decode_completed(committed, text_value)
+        progress = RangeProgress(start, end, committed, completed)
+    except CodecError as exc:
+        raise _corrupt(row_id, "completed", _clip(text_value), str(exc)) from exc
+    except ValueError as exc:
+        raise _corrupt(row_id, "completed", _clip(text_value), str(exc)) from exc
+    owner = row["owner"]
+    if owner is not None and not isinstance(owner, str):
+        raise _corrupt(row_id, "owner", owner, "must be text or NULL")
+    return Token(
+        id=int(row_id),
+        group=row["group_id"],
+        topic=row["topic"],
+        partition=row["partition"],
+        progress=progress,
+        skipped=row["skipped"],
+        owner=owner,
+        epoch=row["epoch"],
+        state=state,
+    )
+
+
+def _clip(value: str, limit: int = 48) -> str:
+    return value if len(value) <= limit else value[:limit] + "..."
+
+
+def merge_progress(stored: RangeProgress, new: RangeProgress) -> RangeProgress:
+    """Combine a stored progress with an incoming one without ever losing ground.
+
+    The one with the higher committed offset wins, and the out-of-order
+    completions of the other are kept too (a finished offset stays finished);
+    so a re-ordered, stale commit can only add information, never move the
+    committed offset backwards.  Both must describe the same range.
+    """
+    if (stored.start, stored.end) != (new.start, new.end):
+        raise ValueError(
+            f"cannot merge progress of [{new.start}, {new.end}) into range [{stored.start}, {stored.end})"
+        )
+    ahead, behind = (new, stored) if new.committed >= stored.committed else (stored, new)
+    return ahead.mark_done(behind.completed)

@@ -1,0 +1,585 @@
+"""The range store against real databases: a SQLite file and PostgreSQL.
+
+Every test runs on both backends (the ``store_url`` fixture), because the
+properties that matter here (one transaction per batch, fencing, row locking,
+transactional schema creation) are exactly where the two differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.engine import Engine, make_url
+
+from fastrecover.codec import encode_completed
+from fastrecover.errors import (
+    CorruptTokenError,
+    FencedError,
+    SchemaBehindError,
+    StoreError,
+    StoreUnavailableError,
+)
+from fastrecover.ranges import RangeProgress
+from fastrecover.store import (
+    HEAD_REVISION,
+    ProgressUpdate,
+    RangeStore,
+    TokenNotFoundError,
+    build_engine,
+    current_revision,
+    open_store,
+    upgrade,
+)
+from fastrecover.store.models import VERSION_TABLE, Base
+from fastrecover.store.schema import alembic_config
+from fastrecover.tokens import TokenState
+
+GROUP = "g1"
+TOPIC = "orders"
+
+_CHECKS = (
+    "ck_fastrecover_ranges_start_nonneg",
+    "ck_fastrecover_ranges_committed_in_range",
+    "ck_fastrecover_ranges_state_known",
+)
+
+
+@pytest.fixture
+def raw(store: RangeStore) -> Iterator[Engine]:
+    """A second engine on the same database, for what the store must never do itself."""
+    engine = build_engine(store.engine.url.render_as_string(hide_password=False))
+    yield engine
+    engine.dispose()
+
+
+def _insert_raw(engine: Engine, **values: Any) -> int:
+    """Insert a row bypassing the check constraints, as a hand edit or old bug could."""
+    row: dict[str, Any] = {
+        "group_id": GROUP,
+        "topic": TOPIC,
+        "partition": 0,
+        "start_offset": 0,
+        "end_offset": 10,
+        "committed_offset": 0,
+        "completed": "",
+        "skipped": 0,
+        "owner": "w",
+        "epoch": 1,
+        "state": "open",
+    }
+    row.update(values)
+    with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("PRAGMA ignore_check_constraints = ON")
+        else:
+            for name in _CHECKS:
+                conn.exec_driver_sql(f"ALTER TABLE fastrecover_ranges DROP CONSTRAINT IF EXISTS {name}")
+        columns = ", ".join(f'"{c}"' for c in row)
+        params = ", ".join(f":{c}" for c in row)
+        return int(
+            conn.execute(
+                sa.text(f"INSERT INTO fastrecover_ranges ({columns}) VALUES ({params}) RETURNING id"), row
+            ).scalar_one()
+        )
+
+
+def _raw_row(engine: Engine, token_id: int) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return dict(
+            conn.execute(sa.text("SELECT * FROM fastrecover_ranges WHERE id = :i"), {"i": token_id})
+            .mappings()
+            .one()
+        )
+
+
+def _row_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM fastrecover_ranges")).scalar_one())
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- schema ---------------------------------------------------------------------
+
+
+def test_open_store_creates_schema_in_empty_database(store_url: str) -> None:
+    with open_store(store_url) as store:
+        assert current_revision(store.engine) == HEAD_REVISION
+        assert store.ranges() == []
+    with open_store(store_url, create=False) as again:  # already at head: no upgrade needed
+        assert current_revision(again.engine) == HEAD_REVISION
+
+
+def test_models_match_head_migration(store: RangeStore) -> None:
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        diffs = [
+            d
+            for d in compare_metadata(context, Base.metadata)
+            if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)
+        ]
+    assert diffs == []
+
+
+def test_empty_database_without_create_is_refused(store_url: str) -> None:
+    with pytest.raises(SchemaBehindError, match="fastrecover db upgrade --store-url"):
+        open_store(store_url, create=False)
+
+
+def test_unversioned_table_is_schema_behind(store_url: str) -> None:
+    engine = build_engine(store_url)
+    try:
+        with engine.begin() as conn:
+            Base.metadata.create_all(conn)  # the table, but no fastrecover_alembic_version
+    finally:
+        engine.dispose()
+    with pytest.raises(SchemaBehindError) as info:
+        open_store(store_url)
+    masked = make_url(store_url).render_as_string(hide_password=True)
+    assert f"fastrecover db upgrade --store-url {masked}" in str(info.value).replace("'", "")
+
+
+def test_downgraded_schema_is_behind_until_upgraded(store_url: str) -> None:
+    open_store(store_url).close()
+    engine = build_engine(store_url)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(connection=conn), "base")
+            conn.exec_driver_sql("CREATE TABLE unrelated_app_table (x INTEGER)")
+        assert current_revision(engine) is None
+    finally:
+        engine.dispose()
+    with pytest.raises(SchemaBehindError, match=r"run: fastrecover db upgrade --store-url"):
+        open_store(store_url)
+    assert upgrade(store_url) == HEAD_REVISION
+    with open_store(store_url) as store:
+        assert store.create_range(GROUP, TOPIC, 0, 0, 5, "w").is_open
+
+
+def test_unknown_newer_revision_is_refused(store: RangeStore, raw: Engine, store_url: str) -> None:
+    with raw.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")
+    with pytest.raises(StoreError, match=r"9999.*newer") as info:
+        open_store(store_url)
+    assert not isinstance(info.value, SchemaBehindError)
+
+
+def test_concurrent_first_open_creates_schema_once(store_url: str) -> None:
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def opener() -> None:
+        try:
+            barrier.wait()
+            open_store(store_url).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    engine = build_engine(store_url)
+    try:
+        assert current_revision(engine) == HEAD_REVISION
+    finally:
+        engine.dispose()
+
+
+# -- unavailable ----------------------------------------------------------------
+
+
+def test_postgresql_closed_port_is_unavailable() -> None:
+    url = f"postgresql+psycopg://fastrecover:s3cret@127.0.0.1:{_closed_port()}/postgres"
+    with pytest.raises(StoreUnavailableError) as info:
+        open_store(url)
+    message = str(info.value)
+    assert "s3cret" not in message
+    assert "fastrecover:***@127.0.0.1" in message
+    assert "\n" not in message
+    assert info.value.__cause__ is not None
+
+
+def test_sqlite_in_missing_directory_is_unavailable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'store.db'}"
+    with pytest.raises(StoreUnavailableError, match="unable to open database file") as info:
+        open_store(url)
+    assert info.value.__cause__ is not None
+
+
+def test_missing_sqlite_file_is_not_created_without_create(tmp_path: Path) -> None:
+    path = tmp_path / "absent.db"
+    with pytest.raises(SchemaBehindError, match=r"does not exist.*fastrecover db upgrade"):
+        open_store(f"sqlite:///{path}", create=False)
+    assert not path.exists()
+
+
+def test_losing_the_server_mid_session_is_unavailable(pg_url: str, pg_admin_engine: Engine) -> None:
+    """Any call, not only open_store, turns a lost connection into StoreUnavailableError."""
+    name = f"fr_test_gone_{uuid.uuid4().hex[:12]}"
+    with pg_admin_engine.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        store = open_store(make_url(pg_url).set(database=name).render_as_string(hide_password=False))
+        token = store.create_range(GROUP, TOPIC, 0, 0, 10, "w")
+        with pg_admin_engine.connect() as conn:
+            conn.exec_driver_sql(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            conn.exec_driver_sql(
+                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+            )
+        with pytest.raises(StoreUnavailableError) as info:
+            store.get(token.id)
+        assert info.value.__cause__ is not None
+        with pytest.raises(StoreUnavailableError):
+            store.commit_progress([ProgressUpdate(token.id, "w", 1, RangeProgress(0, 10, 5))])
+        store.close()
+    finally:
+        with pg_admin_engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- create ---------------------------------------------------------------------
+
+
+def test_create_range_inserts_open_token(store: RangeStore, raw: Engine) -> None:
+    token = store.create_range(GROUP, TOPIC, 3, 100, 250, "worker-a")
+    assert token.id > 0
+    assert (token.group, token.topic, token.partition) == (GROUP, TOPIC, 3)
+    assert token.progress == RangeProgress(100, 250, 100)
+    assert (token.owner, token.epoch, token.state, token.skipped) == ("worker-a", 1, TokenState.OPEN, 0)
+    assert store.get(token.id) == token
+    row = _raw_row(raw, token.id)
+    assert row["created_at"] is not None and row["finished_at"] is None
+
+
+def test_create_range_is_idempotent(store: RangeStore) -> None:
+    first = store.create_range(GROUP, TOPIC, 0, 10, 20, "a")
+    again = store.create_range(GROUP, TOPIC, 0, 10, 20, "b")
+    assert again == first  # existing row returned, owner not changed
+    other = store.create_range(GROUP, TOPIC, 1, 10, 20, "a")
+    assert other.id != first.id
+    store.commit_one(ProgressUpdate(first.id, "a", 1, RangeProgress(10, 20, 20)))
+    done = store.create_range(GROUP, TOPIC, 0, 10, 20, "a")
+    assert done.id == first.id and done.state is TokenState.DONE
+    assert len(store.ranges()) == 2
+
+
+def test_create_empty_range_is_done(store: RangeStore) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 7, 7, "a")
+    assert token.state is TokenState.DONE
+    assert store.open_ranges(GROUP) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((GROUP, TOPIC, 0, 20, 10, "a"), "end 10 < start 20"),
+        ((GROUP, TOPIC, 0, -1, 10, "a"), "start must be an integer >= 0, got -1"),
+        ((GROUP, TOPIC, -2, 0, 10, "a"), "partition must be an integer >= 0, got -2"),
+        (("", TOPIC, 0, 0, 10, "a"), "group must be a non-empty string"),
+        ((GROUP, "t" * 256, 0, 0, 10, "a"), "topic must be a non-empty string"),
+    ],
+)
+def test_create_range_rejects_bad_input(
+    store: RangeStore, raw: Engine, args: tuple[Any, ...], needle: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        store.create_range(*args)
+    assert _row_count(raw) == 0
+
+
+# -- claim / release ------------------------------------------------------------
+
+
+def test_claim_bumps_epoch_and_fences_previous_holder(store: RangeStore) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 0, 100, "a")
+    b = store.claim(token.id, "b")
+    assert (b.owner, b.epoch) == ("b", 2)
+    c = store.claim(token.id, "c")
+    assert (c.owner, c.epoch) == ("c", 3)
+    result = store.commit_progress([ProgressUpdate(token.id, "b", 2, RangeProgress(0, 100, 50))])
+    assert result.fenced == [token.id] and result.tokens == []
+    assert store.get(token.id) == c
+
+
+def test_claim_of_done_token_returns_it_unchanged(store: RangeStore) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 0, 10, "a")
+    done = store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 10, 10)))
+    assert store.claim(token.id, "b") == done
+    assert store.get(token.id).owner == "a"
+
+
+def test_claim_of_missing_token(store: RangeStore) -> None:
+    with pytest.raises(TokenNotFoundError, match="#4242"):
+        store.claim(4242, "a")
+    with pytest.raises(TokenNotFoundError):
+        store.get(4242)
+
+
+def test_release_only_by_current_holder(store: RangeStore) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 0, 10, "a")
+    assert store.release(token.id, "a", 2) is False
+    assert store.release(token.id, "b", 1) is False
+    assert store.get(token.id).owner == "a"
+    assert store.release(token.id, "a", 1) is True
+    released = store.get(token.id)
+    assert released.owner is None and released.epoch == 1 and released.is_open
+    fenced = store.commit_progress([ProgressUpdate(token.id, "a", 1, RangeProgress(0, 10, 5))])
+    assert fenced.fenced == [token.id]
+    assert store.claim(token.id, "b").epoch == 2
+
+
+# -- commit ---------------------------------------------------------------------
+
+
+def test_commit_progress_batch(store: RangeStore) -> None:
+    t1 = store.create_range(GROUP, TOPIC, 0, 0, 100, "a")
+    t2 = store.create_range(GROUP, TOPIC, 1, 50, 60, "a")
+    p1 = RangeProgress(0, 100, 40, frozenset({42, 43, 90}))
+    p2 = RangeProgress(50, 60, 55)
+    result = store.commit_progress(
+        [ProgressUpdate(t1.id, "a", 1, p1), ProgressUpdate(t2.id, "a", 1, p2, skipped=3)]
+    )
+    assert result.fenced == []
+    assert [t.progress for t in result.tokens] == [p1, p2]
+    assert store.get(t1.id).progress == p1
+    assert store.get(t2.id).progress == p2 and store.get(t2.id).skipped == 3
+    assert store.commit_progress([]).tokens == []
+
+
+def test_commit_batch_is_one_transaction(store: RangeStore) -> None:
+    good = store.create_range(GROUP, TOPIC, 0, 0, 100, "a")
+    other = store.create_range(GROUP, TOPIC, 1, 0, 100, "a")
+    with pytest.raises(ValueError, match=rf"range #{other.id} covers \[0, 50\).*stored range is \[0, 100\)"):
+        store.commit_progress(
+            [
+                ProgressUpdate(good.id, "a", 1, RangeProgress(0, 100, 60)),
+                ProgressUpdate(other.id, "a", 1, RangeProgress(0, 50, 10)),
+            ]
+        )
+    assert store.get(good.id) == good  # the first update was rolled back with the batch
+    assert store.get(other.id) == other
+
+
+def test_fenced_updates_do_not_abort_the_batch(store: RangeStore) -> None:
+    mine = store.create_range(GROUP, TOPIC, 0, 0, 100, "a")
+    lost = store.create_range(GROUP, TOPIC, 1, 0, 100, "a")
+    taken = store.claim(lost.id, "b")
+    result = store.commit_progress(
+        [
+            ProgressUpdate(lost.id, "a", 1, RangeProgress(0, 100, 70)),
+            ProgressUpdate(mine.id, "a", 1, RangeProgress(0, 100, 30)),
+            ProgressUpdate(999_999, "a", 1, RangeProgress(0, 100, 30)),
+        ]
+    )
+    assert result.fenced == [lost.id, 999_999]
+    assert [t.id for t in result.tokens] == [mine.id]
+    assert store.get(mine.id).progress.committed == 30
+    assert store.get(lost.id) == taken
+
+
+def test_commit_one_raises_fenced_naming_both_holders(store: RangeStore) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 0, 100, "a")
+    store.claim(token.id, "b")
+    before = store.get(token.id)
+    with pytest.raises(FencedError) as info:
+        store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 99)))
+    message = str(info.value)
+    assert f"#{token.id}" in message
+    assert "owner='a' epoch=1" in message and "owner='b' epoch=2" in message
+    assert store.get(token.id) == before
+
+
+def test_committed_never_moves_backwards(store: RangeStore) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 0, 100, "a")
+    store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 50, frozenset({60}))))
+    stale = store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 20, frozenset({70}))))
+    assert stale.progress == RangeProgress(0, 100, 50, frozenset({60, 70}))
+    assert store.get(token.id).progress == stale.progress
+    lower_skip = store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 50), skipped=0))
+    assert lower_skip.skipped == 0
+    store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 55), skipped=4))
+    kept = store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 56), skipped=None))
+    assert kept.skipped == 4
+    assert (
+        store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 57), skipped=1)).skipped == 4
+    )
+
+
+def test_done_transition(store: RangeStore, raw: Engine) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 10, 20, "a")
+    other = store.create_range(GROUP, TOPIC, 0, 30, 40, "a")
+    done = store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(10, 20, 20)))
+    assert done.state is TokenState.DONE and done.progress.done
+    assert _raw_row(raw, token.id)["finished_at"] is not None
+    assert [t.id for t in store.open_ranges(GROUP)] == [other.id]
+    assert [t.id for t in store.ranges(GROUP, include_done=False)] == [other.id]
+    assert {t.id for t in store.ranges()} == {token.id, other.id}
+    again = store.commit_progress([ProgressUpdate(token.id, "a", 1, RangeProgress(10, 20, 20))])
+    assert again.fenced == [token.id]
+
+
+@pytest.mark.parametrize(
+    ("update", "needle"),
+    [
+        (ProgressUpdate(1, "a", -1, RangeProgress(0, 10, 5)), "epoch of range #1"),
+        (ProgressUpdate(1, "", 1, RangeProgress(0, 10, 5)), "owner of range #1"),
+        (ProgressUpdate(1, "a", 1, RangeProgress(0, 10, 5), skipped=-3), "skipped of range #1"),
+    ],
+)
+def test_commit_rejects_bad_input(store: RangeStore, update: ProgressUpdate, needle: str) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 0, 10, "a")
+    assert token.id == 1
+    with pytest.raises(ValueError, match=needle):
+        store.commit_progress([ProgressUpdate(token.id, "a", 1, RangeProgress(0, 10, 3)), update])
+    assert store.get(token.id) == token
+
+
+def test_open_ranges_filters(store: RangeStore) -> None:
+    a = store.create_range(GROUP, TOPIC, 0, 100, 200, "a")
+    b = store.create_range(GROUP, TOPIC, 0, 0, 50, "a")
+    c = store.create_range(GROUP, TOPIC, 1, 0, 50, "a")
+    d = store.create_range(GROUP, "other", 0, 0, 50, "a")
+    store.create_range("g2", TOPIC, 0, 0, 50, "a")
+    assert [t.id for t in store.open_ranges(GROUP)] == [b.id, a.id, c.id, d.id]  # orders < other
+    assert [t.id for t in store.open_ranges(GROUP, TOPIC)] == [b.id, a.id, c.id]
+    assert [t.id for t in store.open_ranges(GROUP, TOPIC, 0)] == [b.id, a.id]
+    assert len(store.ranges()) == 5 and len(store.ranges("g2")) == 1
+
+
+# -- corrupt rows -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "value"),
+    [
+        ({"start_offset": 50, "end_offset": 10, "committed_offset": 10}, "end_offset", "10"),
+        ({"committed_offset": 11}, "committed_offset", "11"),
+        ({"start_offset": 5, "committed_offset": 4}, "committed_offset", "4"),
+        ({"completed": "1bnot-base64!!"}, "completed", "'1bnot-base64!!'"),
+        ({"completed": encode_completed(0, [30])}, "completed", "'"),  # offset 30 beyond end 10
+        ({"state": "zombie"}, "state", "'zombie'"),
+    ],
+    ids=[
+        "end-below-start",
+        "committed-above-end",
+        "committed-below-start",
+        "garbage-map",
+        "map-past-end",
+        "unknown-state",
+    ],
+)
+def test_corrupt_rows_are_refused_by_name(
+    store: RangeStore,
+    raw: Engine,
+    caplog: pytest.LogCaptureFixture,
+    values: dict[str, Any],
+    field: str,
+    value: str,
+) -> None:
+    good = store.create_range(GROUP, TOPIC, 1, 0, 100, "a")
+    bad_id = _insert_raw(raw, **values)
+    with pytest.raises(CorruptTokenError) as info:
+        store.get(bad_id)
+    message = str(info.value)
+    assert f"row id={bad_id}" in message and f"field {field}={value}" in message
+    with pytest.raises(CorruptTokenError, match=f"row id={bad_id}"):
+        store.ranges(GROUP)
+    if values.get("state", "open") == "open":
+        with pytest.raises(CorruptTokenError, match=f"row id={bad_id}"):
+            store.open_ranges(GROUP)
+    with pytest.raises(CorruptTokenError):
+        store.claim(bad_id, "b")
+    with pytest.raises(CorruptTokenError):
+        store.commit_progress(
+            [
+                ProgressUpdate(good.id, "a", 1, RangeProgress(0, 100, 10)),
+                ProgressUpdate(bad_id, "w", 1, RangeProgress(0, 10, 5)),
+            ]
+        )
+    assert store.get(good.id) == good  # nothing of that batch was written
+    with caplog.at_level(logging.ERROR, logger="fastrecover.store"):
+        assert store.open_ranges(GROUP, skip_corrupt=True) == [good]
+        assert store.ranges(GROUP, skip_corrupt=True) == [good]
+    assert any(f"row id={bad_id}" in r.getMessage() for r in caplog.records)
+    assert _raw_row(raw, bad_id)["epoch"] == 1  # the refused claim did not touch it
+
+
+# -- threads ------------------------------------------------------------------------
+
+
+def test_concurrent_commits_from_two_threads(store: RangeStore) -> None:
+    size = 120
+    tokens = [store.create_range(GROUP, TOPIC, p, 0, size, f"w{p}") for p in range(2)]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        token = tokens[index]
+        try:
+            barrier.wait()
+            progress = token.progress
+            for offset in range(size):
+                progress = progress.mark_done([offset])
+                result = store.commit_progress([ProgressUpdate(token.id, token.owner or "", 1, progress)])
+                assert result.fenced == []
+                store.open_ranges(GROUP)  # readers interleave with the other thread's writes
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert all(store.get(t.id).state is TokenState.DONE for t in tokens)
+
+
+def test_racing_claims_leave_exactly_one_holder(store: RangeStore) -> None:
+    token = store.create_range(GROUP, TOPIC, 0, 0, 100, "origin")
+    claimed = threading.Barrier(2)
+    outcomes: dict[str, tuple[int, list[int]]] = {}
+    errors: list[BaseException] = []
+
+    def contender(name: str) -> None:
+        try:
+            mine = store.claim(token.id, name)
+            claimed.wait()  # both claims are in before either commits
+            result = store.commit_progress(
+                [ProgressUpdate(token.id, name, mine.epoch, RangeProgress(0, 100, 10))]
+            )
+            outcomes[name] = (mine.epoch, result.fenced)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=contender, args=(n,)) for n in ("x", "y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(epoch for epoch, _ in outcomes.values()) == [2, 3]
+    winner = next(n for n, (epoch, _) in outcomes.items() if epoch == 3)
+    loser = next(n for n in outcomes if n != winner)
+    assert outcomes[winner][1] == [] and outcomes[loser][1] == [token.id]
+    final = store.get(token.id)
+    assert (final.owner, final.epoch, final.progress.committed) == (winner, 3, 10)
