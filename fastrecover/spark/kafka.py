@@ -1,0 +1,299 @@
+"""Kafka access for the Spark sources: log bounds on the driver, offset-range reads in tasks.
+
+Both sides build their librdkafka configuration from the data source options
+(``kafka.*`` keys, prefix stripped, as with Spark's own Kafka source).  Clients
+are never created when a reader is constructed or unpickled: the driver side
+creates its AdminClient on first use, and a task takes a Consumer from a
+per-process cache, so a reused Python worker reads many tasks with one
+consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from fastrecover.errors import FastRecoverError
+from fastrecover.spark.offsets import LogBounds, Piece
+from fastrecover.tokens import TopicPartitionKey
+
+log = logging.getLogger("fastrecover.spark")
+
+#: librdkafka settings of range reads: a range read knows where it stops, so the
+#: broker must not hold a fetch open waiting for records that are not coming.
+RANGE_READ_DEFAULTS: Mapping[str, Any] = {
+    "fetch.wait.max.ms": 10,
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "error",
+    "enable.partition.eof": True,
+    "group.id": "fastrecover-spark-reader",
+}
+_CONSUME_BATCH = 5000
+_ARROW_ROWS = 10_000
+
+
+class DataLossError(FastRecoverError):
+    """Records a batch must deliver are gone from Kafka (retention, topic re-created)."""
+
+
+def _isolation(conf: Mapping[str, str]) -> Any:
+    level = str(conf.get("isolation.level", "read_uncommitted")).lower()
+    return IsolationLevel.READ_COMMITTED if level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
+
+
+class LogView:
+    """The driver's view of the subscribed partitions and their watermarks (one AdminClient)."""
+
+    def __init__(self, conf: Mapping[str, str], timeout_s: float = 30.0) -> None:
+        self._conf = dict(conf)
+        self._timeout = timeout_s
+        self._admin: Any = None
+
+    def _client(self) -> Any:
+        if self._admin is None:
+            admin_conf: dict[str, Any] = {
+                k: v for k, v in self._conf.items() if k not in ("isolation.level", "group.id")
+            }
+            self._admin = AdminClient(admin_conf)
+        return self._admin
+
+    def partitions(self, topics: Iterable[str]) -> list[TopicPartitionKey]:
+        """The partitions of ``topics`` now; a topic that does not exist (yet) has none."""
+        out: list[TopicPartitionKey] = []
+        for topic in topics:
+            meta = self._client().list_topics(topic=topic, timeout=self._timeout).topics.get(topic)
+            if meta is None or meta.error is not None:
+                log.warning(
+                    "topic %s has no metadata (%s); it has no partitions to read yet",
+                    topic,
+                    None if meta is None else meta.error,
+                )
+                continue
+            out.extend(TopicPartitionKey(topic, p) for p in sorted(meta.partitions))
+        return out
+
+    def bounds(self, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, LogBounds]:
+        """Log start and log end (last stable offset under read_committed) of each partition."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        lows = self._list(keys, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        highs = self._list(keys, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        return {k: LogBounds(min(lows[k], highs[k]), highs[k]) for k in keys}
+
+    def _list(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
+        request = {TopicPartition(k.topic, k.partition): spec for k in keys}
+        futures = self._client().list_offsets(
+            request, isolation_level=_isolation(self._conf), request_timeout=self._timeout
+        )
+        out: dict[TopicPartitionKey, int] = {}
+        for tp, future in futures.items():
+            out[TopicPartitionKey(tp.topic, tp.partition)] = int(future.result().offset)
+        return out
+
+    def close(self) -> None:
+        self._admin = None
+
+
+# -- reading in tasks --------------------------------------------------------------------------
+
+_CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
+_CONSUMERS_LOCK = threading.Lock()
+
+
+def _consumer(conf: Mapping[str, str]) -> Any:
+    """A consumer for range reads, cached per Python worker process and configuration."""
+    merged: dict[str, Any] = {**RANGE_READ_DEFAULTS, **conf}
+    key = tuple(sorted((k, str(v)) for k, v in merged.items()))
+    with _CONSUMERS_LOCK:
+        consumer = _CONSUMERS.get(key)
+        if consumer is None:
+            consumer = Consumer(merged)
+            _CONSUMERS[key] = consumer
+        return consumer
+
+
+def _drop_consumer(conf: Mapping[str, str]) -> None:
+    merged: dict[str, Any] = {**RANGE_READ_DEFAULTS, **conf}
+    key = tuple(sorted((k, str(v)) for k, v in merged.items()))
+    with _CONSUMERS_LOCK:
+        consumer = _CONSUMERS.pop(key, None)
+    if consumer is not None:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing a range-read consumer: %r", exc)
+
+
+class _Columns:
+    """Column buffers of one Arrow batch in the source schema."""
+
+    def __init__(self) -> None:
+        self.key: list[bytes | None] = []
+        self.value: list[bytes | None] = []
+        self.topic: list[str] = []
+        self.partition: list[int] = []
+        self.offset: list[int] = []
+        self.timestamp: list[int | None] = []
+        self.timestamp_type: list[int] = []
+        self.backfill: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def add(self, msg: Message, backfill: bool) -> None:
+        ts_type, ts = msg.timestamp()
+        self.key.append(msg.key())
+        self.value.append(msg.value())
+        self.topic.append(msg.topic() or "")
+        self.partition.append(msg.partition() or 0)
+        self.offset.append(msg.offset() or 0)
+        self.timestamp.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts * 1000)
+        # Kafka's TimestampType ids, as Spark's Kafka source reports them: CreateTime 0, LogAppendTime 1.
+        self.timestamp_type.append(ts_type - 1)
+        self.backfill.append(backfill)
+
+    def batch(self, schema: Any) -> Any:
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        arrays = [
+            pa.array(self.key, type=pa.binary()),
+            pa.array(self.value, type=pa.binary()),
+            pa.array(self.topic, type=pa.string()),
+            pa.array(self.partition, type=pa.int32()),
+            pa.array(self.offset, type=pa.int64()),
+            pa.array(self.timestamp, type=pa.int64()).cast(schema.field("timestamp").type),
+            pa.array(self.timestamp_type, type=pa.int32()),
+            pa.array(self.backfill, type=pa.bool_()),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_pieces(
+    conf: Mapping[str, str],
+    pieces: Iterable[Piece],
+    arrow_schema: Any,
+    *,
+    fail_on_data_loss: bool,
+    timeout_s: float,
+) -> Iterator[Any]:
+    """Yield Arrow record batches holding exactly the records of ``pieces``, in piece order.
+
+    Offsets inside a piece with no record (transaction markers, compaction) are
+    skipped by following the consumer's position.  Records the log no longer
+    has (below its start) raise DataLossError, or are skipped with a warning
+    when ``fail_on_data_loss`` is false, as Spark's failOnDataLoss option does.
+    """
+    consumer = _consumer(conf)
+    columns = _Columns()
+    ok = False
+    try:
+        for piece in pieces:
+            for msg in _read_piece(consumer, piece, fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s):
+                columns.add(msg, piece.backfill)
+                if len(columns) >= _ARROW_ROWS:
+                    yield columns.batch(arrow_schema)
+                    columns = _Columns()
+        if len(columns):
+            yield columns.batch(arrow_schema)
+        ok = True
+    finally:
+        try:
+            consumer.unassign()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("unassign after a range read: %r", exc)
+        if not ok:
+            # A failed or abandoned read may leave librdkafka state behind: start clean next time.
+            _drop_consumer(conf)
+
+
+def _lost(piece: Piece, start: int, low: int, fail_on_data_loss: bool) -> None:
+    message = (
+        f"records [{start}, {min(low, piece.end)}) of {piece.topic}[{piece.partition}] are no longer "
+        f"in Kafka (log start is {low}); they were deleted (retention) before this batch read them"
+    )
+    if fail_on_data_loss:
+        raise DataLossError(message + ". Set failOnDataLoss=false to skip them and go on.")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+
+
+def _read_piece(
+    consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout_s: float
+) -> Iterator[Message]:
+    tp = TopicPartition(piece.topic, piece.partition)
+    start = piece.start
+    low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+    if start < low:
+        _lost(piece, start, low, fail_on_data_loss)
+        start = low
+    if start >= piece.end:
+        return
+    consumer.assign([TopicPartition(piece.topic, piece.partition, start)])
+    deadline = time.monotonic() + timeout_s
+    position = start
+    while position < piece.end:
+        if time.monotonic() > deadline:
+            raise FastRecoverError(
+                f"reading [{piece.start}, {piece.end}) of {piece.topic}[{piece.partition}] made no progress "
+                f"for {timeout_s:g} s (stuck at offset {position}, log end was {high})"
+            )
+        messages = consumer.consume(_CONSUME_BATCH, 0.5)
+        progressed = False
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+                    if position < low:
+                        _lost(piece, position, low, fail_on_data_loss)
+                        position = low
+                        if position >= piece.end:
+                            return
+                        consumer.assign([TopicPartition(piece.topic, piece.partition, position)])
+                        progressed = True
+                        continue
+                    raise DataLossError(
+                        f"offset {position} of {piece.topic}[{piece.partition}] is out of range "
+                        f"(log is [{low}, {high})): {err.str()}"
+                    )
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning(
+                    "consumer error while reading %s[%d]: %s", piece.topic, piece.partition, err.str()
+                )
+                continue
+            offset = msg.offset()
+            if offset is None or offset < position:
+                continue
+            if offset >= piece.end:
+                position = piece.end
+                break
+            position = offset + 1
+            progressed = True
+            yield msg
+        if position < piece.end:
+            # Control records and compacted-away offsets never arrive as messages:
+            # the consumer's position still moves past them.
+            (now,) = consumer.position([tp])
+            if now.offset is not None and now.offset > position:
+                position = now.offset
+                progressed = True
+        if progressed:
+            deadline = time.monotonic() + timeout_s

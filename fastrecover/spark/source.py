@@ -1,0 +1,301 @@
+"""``format("fastrecover")``: a Structured Streaming source with KIP-333 fast recovery.
+
+The thin imperative shell around :mod:`fastrecover.spark.offsets`: it fetches
+watermarks, keeps the little run state recovery needs (the jump decided at the
+first planning after a start, the Trigger.AvailableNow targets), and lets the
+pure functions decide every offset and every task.
+
+Where each method runs: ``initialOffset``/``latestOffset``/``partitions``/
+``commit`` in one long-lived Python process on the driver; ``read`` in Python
+workers on the executors, on an unpickled copy of a reader that never planned
+anything.  So no client is created in ``__init__`` and nothing ``read`` needs
+comes from run state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from fastrecover.errors import FastRecoverError, StoreError
+from fastrecover.spark.kafka import LogView, read_pieces
+from fastrecover.spark.offsets import (
+    Piece,
+    SourceOffset,
+    apply_jumps,
+    batch_pieces,
+    chunk_tasks,
+    discover,
+    has_fresh,
+    initial_offset,
+    lost_between,
+    pending_total,
+    plan_next,
+    recovery_jumps,
+)
+from fastrecover.spark.options import SourceOptions, parse_source_options
+from fastrecover.tokens import TopicPartitionKey
+
+log = logging.getLogger("fastrecover.spark")
+
+#: Spark's Kafka source schema, plus ``backfill``: true for a record of a recovered lag.
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("timestampType", IntegerType(), True),
+        StructField("backfill", BooleanType(), True),
+    ]
+)
+
+
+def arrow_schema() -> Any:
+    """The Arrow schema Spark expects of batches in :data:`SCHEMA` (checked by the Python worker)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+class PieceSet(InputPartition):  # type: ignore[misc]
+    """One Spark task: offset ranges to read, in order."""
+
+    def __init__(self, pieces: tuple[Piece, ...]) -> None:
+        super().__init__(pieces)
+        self.pieces = pieces
+
+    def __repr__(self) -> str:
+        return (
+            "PieceSet("
+            + ", ".join(
+                f"{p.topic}[{p.partition}][{p.start},{p.end}){'b' if p.backfill else ''}" for p in self.pieces
+            )
+            + ")"
+        )
+
+
+def read_task(
+    kafka: Mapping[str, str], pieces: tuple[Piece, ...], *, fail_on_data_loss: bool, timeout_s: float
+) -> Iterator[Any]:
+    if not pieces:
+        return iter(())
+    return read_pieces(
+        kafka, pieces, arrow_schema(), fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s
+    )
+
+
+#: latestOffset's "no batch yet" while a recovery waits for fresh data.
+_HOLD = SourceOffset({})
+
+
+@dataclass
+class _Hold:
+    """A recovery decided at the first planning of this run, waiting for a fresh record to cut the batch."""
+
+    jumps: dict[TopicPartitionKey, int]
+    deadline: float
+
+
+class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._view: LogView | None = None
+        self._state: Any = None
+        self._first_plan = True
+        self._hold: _Hold | None = None
+        self._targets: dict[TopicPartitionKey, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks get the options only: no clients, no planning state.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    # -- lazily created driver-side clients ------------------------------------------------------
+
+    def _log_view(self) -> LogView:
+        if self._view is None:
+            self._view = LogView(self.options.kafka, timeout_s=self.options.read_timeout_s)
+        return self._view
+
+    def _spark_state(self) -> Any:
+        if self._state is None:
+            from fastrecover.spark.state import SparkState
+            from fastrecover.store import open_store
+
+            self._state = SparkState(open_store(self.options.store_url))
+        return self._state
+
+    def _bounds(self, known: SourceOffset | None = None) -> dict[TopicPartitionKey, Any]:
+        keys = set(self._log_view().partitions(self.options.topics))
+        if known is not None:
+            keys |= {k for k in known.keys_sorted() if k.topic in self.options.topics}
+        return self._log_view().bounds(sorted(keys, key=lambda k: (k.topic, k.partition)))
+
+    # -- DataSourceStreamReader ----------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        opts = self.options
+
+        def compute() -> str:
+            return initial_offset(self._bounds(), opts.starting).dumps()
+
+        return SourceOffset.from_json(self._spark_state().initial_offset(opts.query, compute)).to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_backfill is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_backfill)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        bounds = self._bounds()
+        self._targets = {k: b.high for k, b in bounds.items()}
+        log.info(
+            "query %r: Trigger.AvailableNow drains up to %s",
+            self.options.query,
+            {str(k): v for k, v in self._targets.items()},
+        )
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = SourceOffset.from_json(start)
+        bounds = self._bounds(begin)
+        if self._targets is not None:
+            bounds = {k: b for k, b in bounds.items() if k in self._targets}
+            ends = {k: min(b.high, self._targets[k]) for k, b in bounds.items()}
+        else:
+            ends = {k: b.high for k, b in bounds.items()}
+        seen = discover(begin, bounds)
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if isinstance(limit, ReadAllAvailable):
+            budget = None
+        if self._first_plan:
+            end = self._recovery_batch(seen, ends)
+            if end is _HOLD:
+                return start
+            if end is not None:
+                return end.to_json()
+        return plan_next(seen, ends, jumps=None, backfill_budget=budget).to_json()
+
+    def _recovery_batch(self, seen: SourceOffset, ends: dict[TopicPartitionKey, int]) -> SourceOffset | None:
+        """The first batch of this run: jump lagging partitions to the log end; None for a normal batch,
+        ``_HOLD`` to run no batch yet.
+
+        The jump points are fixed at the first call; the batch is cut once a
+        record past them exists (so it carries fresh data), after freshWaitMs,
+        or at once under Trigger.AvailableNow.  Until then latestOffset answers
+        the start offset: Spark runs no batch and asks again.
+        """
+        opts = self.options
+        if self._hold is None:
+            jumps = recovery_jumps(seen, ends, opts.min_lag)
+            if not jumps:
+                self._first_plan = False
+                return None
+            self._hold = _Hold(jumps, time.monotonic() + opts.fresh_wait_s)
+            log.info(
+                "query %r: restart with a lag on %s; live reading resumes at the log end, the lag is "
+                "backfilled",
+                opts.query,
+                ", ".join(
+                    f"{k} [{seen.partitions[k].live}, {j})"
+                    for k, j in sorted(jumps.items(), key=lambda kv: (kv[0].topic, kv[0].partition))
+                ),
+            )
+        hold = self._hold
+        if (
+            self._targets is None
+            and not has_fresh(apply_jumps(seen, hold.jumps), ends)
+            and (time.monotonic() < hold.deadline)
+        ):
+            return _HOLD
+        self._first_plan = False
+        self._hold = None
+        end = plan_next(seen, ends, jumps=hold.jumps, backfill_budget=0)
+        log.info("query %r: recovery batch cut; %d offsets to backfill", opts.query, pending_total(end))
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[PieceSet]:
+        begin, finish = SourceOffset.from_json(start), SourceOffset.from_json(end)
+        lost = lost_between(begin, finish)
+        if lost:
+            raise FastRecoverError(
+                f"offset {finish.dumps()} does not contain everything offset {begin.dumps()} delivered "
+                f"(missing {lost}); the checkpoint does not belong to this source"
+            )
+        pieces = batch_pieces(begin, finish)
+        tasks = chunk_tasks(pieces, self.options.backfill_tasks, self.options.max_live_per_task)
+        return [PieceSet(tuple(t)) for t in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, PieceSet):
+            raise FastRecoverError(f"unexpected input partition {partition!r}")
+        opts = self.options
+        return read_task(
+            opts.kafka,
+            partition.pieces,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            timeout_s=opts.read_timeout_s,
+        )
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark finished every batch up to ``end``: mirror its finished backfill ranges into the store.
+
+        Informational only (the checkpoint is the authority), so a store problem
+        is logged and the query goes on.
+        """
+        try:
+            state = self._spark_state()
+            offset = SourceOffset.from_json(end)
+            state.record_commit(self.options.query, offset.dumps())
+            state.mirror_pending(self.options.query, offset)
+        except (StoreError, FastRecoverError) as exc:
+            log.warning(
+                "query %r: could not record committed offset in the store: %s", self.options.query, exc
+            )
+
+    def stop(self) -> None:
+        if self._state is not None:
+            self._state.store.close()
+            self._state = None
+        if self._view is not None:
+            self._view.close()
+            self._view = None
+
+
+class FastRecoverDataSource(DataSource):  # type: ignore[misc]
+    """``spark.readStream.format("fastrecover")``: Kafka with fast recovery after downtime."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "fastrecover"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> FastRecoverStreamReader:
+        return FastRecoverStreamReader(parse_source_options(self.options))
