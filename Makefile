@@ -1,0 +1,70 @@
+# fastrecover developer entry points (GNU make + bash).
+#
+#   make venv     .venv with the package (editable) and the dev, postgres, spark extras
+#   make test     real PostgreSQL (scripts/ensure-postgres.sh) + real Kafka, then pytest $(PYTEST_ARGS)
+#   make demo     fastrecover demo $(DEMO_ARGS)
+#   make bench    fastrecover bench $(BENCH_ARGS)
+#   make broker   a Kafka broker for manual work (Ctrl-C stops it)
+#   make lint     ruff + mypy --strict
+#   make clean    caches and build output; `make distclean` also removes .venv
+#
+# The install step reruns only when pyproject.toml is newer than .venv/.installed;
+# pip's default cache keeps reinstalls fast.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS ?= dev,postgres,spark
+
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+BENCH_ARGS ?=
+BROKER_ARGS ?=
+
+.PHONY: help venv test demo bench broker lint clean distclean
+
+help:
+	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
+
+venv: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+# Order-only: the venv must exist, but a newer interpreter alone does not trigger a reinstall.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[$(EXTRAS)]'
+	touch $@
+
+# The assignment (not a bare `eval "$(...)"`) makes a failing ensure-postgres.sh fail the target.
+test: venv
+	pg_env="$$(bash scripts/ensure-postgres.sh)"; \
+	eval "$$pg_env"; \
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: venv
+	$(BIN)/fastrecover demo $(DEMO_ARGS)
+
+bench: venv
+	$(BIN)/fastrecover bench $(BENCH_ARGS)
+
+broker: venv
+	$(BIN)/python -m fastrecover.testing.broker $(BROKER_ARGS)
+
+lint: venv
+	$(BIN)/ruff check fastrecover tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Test infrastructure shared by the test suite, the demo and the benchmarks (real brokers, waiting)."""
