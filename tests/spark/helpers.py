@@ -16,7 +16,9 @@ from fastrecover.testing.waiting import wait_for
 from tests.spark.conftest import Row, Sink
 
 
-def stream(spark: SparkSession, bootstrap: str, topic: str, store_url: str, query: str, **options: Any) -> DataFrame:
+def stream(
+    spark: SparkSession, bootstrap: str, topic: str, store_url: str, query: str, **options: Any
+) -> DataFrame:
     reader = (
         spark.readStream.format("fastrecover")
         .option("kafka.bootstrap.servers", bootstrap)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
@@ -98,15 +98,23 @@ def test_a_task_failure_mid_batch_replays_the_same_records(
 
     checkpoint = tmp_path / "checkpoint"
     sink = Sink()
-    df = stream(spark, bootstrap, topic, spark_store_url, "task-failure", startingOffsets="earliest",
-                fastrecover__backfill__min__offsets=10_000, maxOffsetsPerTask=100_000)
+    df = stream(
+        spark,
+        bootstrap,
+        topic,
+        spark_store_url,
+        "task-failure",
+        startingOffsets="earliest",
+        fastrecover__backfill__min__offsets=10_000,
+        maxOffsetsPerTask=100_000,
+    )
     query = start(df.withColumn("offset", fail_once("offset")), sink, checkpoint, available_now=True)
     assert query.awaitTermination(180)
     assert query.exception() is None
     assert marker.exists(), "the injected failure did not happen"
     assert duplicates(sink.rows()) == []
     assert keys(sink.rows()) == [(0, o) for o in range(600)]
-    (bid, rows), = [(b, r) for b, r in sink.batches() if r]
+    ((bid, rows),) = [(b, r) for b, r in sink.batches() if r]
     start_offset = SourceOffset.from_json(
         {"v": 1, "topics": {topic: {"0": {"base": 0, "live": 0, "pending": []}}}}
     )
@@ -126,14 +134,22 @@ def test_a_failed_batch_is_replayed_identically_after_a_restart_and_available_no
     }
     produce(bootstrap, topic, [Record(f"old-{i}", partition=i % 2) for i in range(10)])
     first = Sink()
-    query = start(stream(spark, bootstrap, topic, spark_store_url, "drain", **options), first, checkpoint,
-                  available_now=True)
+    query = start(
+        stream(spark, bootstrap, topic, spark_store_url, "drain", **options),
+        first,
+        checkpoint,
+        available_now=True,
+    )
     assert query.awaitTermination(120) and query.exception() is None
     assert first.rows() == []  # "latest": the 10 old records are not wanted
 
     # Downtime: a big lag on partition 0 (recovered), a small one on partition 1 (read live).
-    produce(bootstrap, topic, [Record(f"lag-{i}", partition=0) for i in range(500)]
-            + [Record(f"small-{i}", partition=1) for i in range(5)])
+    produce(
+        bootstrap,
+        topic,
+        [Record(f"lag-{i}", partition=0) for i in range(500)]
+        + [Record(f"small-{i}", partition=1) for i in range(5)],
+    )
     sink = Sink()
     df = stream(spark, bootstrap, topic, spark_store_url, "drain", **options)
     query = start(df, sink, checkpoint, available_now=True)
@@ -149,13 +165,21 @@ def test_a_failed_batch_is_replayed_identically_after_a_restart_and_available_no
     failing = Sink()
     ids = {b for b, _ in sink.batches()}
     failing.fail_batches = {max(ids) + 2}
-    query = start(stream(spark, bootstrap, topic, spark_store_url, "drain", **options), failing, checkpoint,
-                  available_now=True)
+    query = start(
+        stream(spark, bootstrap, topic, spark_store_url, "drain", **options),
+        failing,
+        checkpoint,
+        available_now=True,
+    )
     with pytest.raises(StreamingQueryException, match="sink fails batch"):
         query.awaitTermination(120)
     replay = Sink()
-    query = start(stream(spark, bootstrap, topic, spark_store_url, "drain", **options), replay, checkpoint,
-                  available_now=True)
+    query = start(
+        stream(spark, bootstrap, topic, spark_store_url, "drain", **options),
+        replay,
+        checkpoint,
+        available_now=True,
+    )
     assert query.awaitTermination(120) and query.exception() is None
     failed_id, failed_rows = failing.batches()[-1]
     replayed = dict(replay.batches())
