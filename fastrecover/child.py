@@ -90,6 +90,7 @@ class BackfillChild:
         self._stopping = False
         self.failure: BaseException | None = None
         self.records_delivered = 0
+        self.backpressured = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # ---- called from the primary's thread -------------------------------------------------
@@ -212,9 +213,11 @@ class _Reader:
                 if full and not self.bp_paused:
                     self._set_paused(self.work.keys(), True)
                     self.bp_paused = True
+                    log.debug("child queue full (%d records): partitions paused", len(child._outbox))
                 elif self.bp_paused and low:
                     self._set_paused([k for k in self.work if k not in self.user_paused], False)
                     self.bp_paused = False
+                child.backpressured = self.bp_paused
                 if self.bp_paused:
                     continue
                 messages = self.consumer.consume(child._batch_size, _CONSUME_TIMEOUT_S)

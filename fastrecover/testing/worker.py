@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Any, TextIO
 
-from confluent_kafka import Message
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import Message, TopicPartition
 
 from fastrecover.consumer import Consumer
 
@@ -33,21 +34,34 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--topic", required=True, action="append", help="repeat for several topics")
     p.add_argument("--group", required=True)
     p.add_argument("--parallel", action="store_true", help="enable.parallel.rebalance")
+    p.add_argument("--plain", action="store_true", help="use confluent_kafka.Consumer itself (baseline)")
     p.add_argument("--store-url")
     p.add_argument("--min-offsets", type=int, default=1)
     p.add_argument("--ledger", required=True, help="append-only file of finished records")
-    p.add_argument("--commit", choices=["message", "sync", "async", "auto", "none"], default="sync",
-                   help="message: commit(message) per record; sync/async: commit() every --commit-every; "
-                        "auto: enable.auto.commit")
+    p.add_argument(
+        "--commit",
+        choices=["message", "sync", "async", "auto", "none"],
+        default="sync",
+        help="message: commit(message) per record; sync/async: commit() every --commit-every; "
+        "auto: enable.auto.commit",
+    )
     p.add_argument("--commit-every", type=int, default=100)
-    p.add_argument("--commit-at", type=int, action="append", default=[],
-                   help="commit(offsets=[o]) once the record at o-1 is finished (single partition)")
+    p.add_argument(
+        "--commit-at",
+        type=int,
+        action="append",
+        default=[],
+        help="commit(offsets=[o]) once the record at o-1 is finished (single partition)",
+    )
     p.add_argument("--block-at", type=int, help="stop making progress once the record at N-1 is finished")
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--session-ms", type=int, default=3000)
     p.add_argument("--batch", type=int, default=100)
-    p.add_argument("--first-fresh-after", type=float,
-                   help="report the first record whose produce timestamp (ms) is at or after this epoch time")
+    p.add_argument(
+        "--first-fresh-after",
+        type=float,
+        help="report the first record whose produce timestamp (ms) is at or after this epoch time",
+    )
     return p.parse_args(argv)
 
 
@@ -63,13 +77,15 @@ def run(argv: list[str] | None = None) -> int:
         "auto.commit.interval.ms": 500,
     }
     if args.parallel:
-        config.update({
-            "enable.parallel.rebalance": True,
-            "fastrecover.backfill.min.offsets": args.min_offsets,
-        })
+        config.update(
+            {
+                "enable.parallel.rebalance": True,
+                "fastrecover.backfill.min.offsets": args.min_offsets,
+            }
+        )
         if args.store_url:
             config["fastrecover.store.url"] = args.store_url
-    consumer = Consumer(config)
+    consumer: Any = PlainConsumer(config) if args.plain else Consumer(config)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -100,10 +116,9 @@ def run(argv: list[str] | None = None) -> int:
                 if args.commit == "message":
                     consumer.commit(message=msg, asynchronous=False)
                 if offset + 1 in commit_at:
-                    from confluent_kafka import TopicPartition
-
-                    consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), offset + 1)],
-                                    asynchronous=False)
+                    consumer.commit(
+                        offsets=[TopicPartition(msg.topic(), msg.partition(), offset + 1)], asynchronous=False
+                    )
                     _emit("committed", offset=offset + 1)
                 if args.block_at is not None and offset + 1 >= args.block_at:
                     ledger.flush()

@@ -1,0 +1,180 @@
+"""``fastrecover demo``: the KIP's story, end to end, plain consumer vs parallel rebalance.
+
+A producer writes a steady stream; a consumer *process* that commits as it goes
+is SIGKILLed; production continues so a lag builds; the consumer is restarted.
+We measure the time from the restart until the first record produced after the
+restart is delivered ("time to fresh"), once with a plain consumer and once
+with ``enable.parallel.rebalance``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka import Producer
+
+from fastrecover.testing.broker import Broker, create_topic, delete_topic, group_is_empty, select_broker
+from fastrecover.testing.waiting import Deadline, wait_for
+
+log = logging.getLogger("fastrecover.demo")
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    mode: str
+    lag: int
+    time_to_fresh_s: float
+    backfill_drained_s: float | None
+
+
+class _SteadyProducer:
+    """Writes ``rate`` records/s round-robin over the partitions until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self._topic, self._rate = topic, rate
+        self._stop = threading.Event()
+        self.sent = 0
+        self._thread = threading.Thread(target=self._run, name="demo-producer", daemon=True)
+
+    def __enter__(self) -> _SteadyProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._producer.flush(30)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - start) * self._rate)
+            while self.sent < due:
+                self._producer.produce(self._topic, value=b"%d" % self.sent)
+                self.sent += 1
+                if self.sent % 1000 == 0:
+                    self._producer.poll(0)
+            self._producer.poll(0.005)
+
+
+class _Worker:
+    """A ``fastrecover.testing.worker`` process whose JSON events we follow."""
+
+    def __init__(self, args: list[str], log_file: TextIO) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "fastrecover.testing.worker", *args],
+                                     stdout=subprocess.PIPE, stderr=log_file, text=True)
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            with self._lock:
+                self.events.append(event)
+
+    def event(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return next((e for e in self.events if e["event"] == name), None)
+
+    def latest(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return next((e for e in reversed(self.events) if e["event"] == name), None)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        self.proc.wait(30)
+
+
+def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_seconds: float, work_us: int,
+              partitions: int, workdir: Path, out: TextIO) -> DemoResult:
+    mode = "fastrecover (enable.parallel.rebalance)" if parallel else "plain confluent_kafka.Consumer"
+    topic = f"demo-{'parallel' if parallel else 'plain'}-{uuid.uuid4().hex[:6]}"
+    group = f"demo-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions)
+    ledger = workdir / f"{topic}.ledger"
+    base = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--ledger", str(ledger),
+            "--commit", "sync", "--commit-every", "200", "--work-us", str(work_us)]
+    base += ["--parallel", "--store-url", store_url, "--min-offsets", "100"] if parallel else ["--plain"]
+    say = lambda text: print(f"  [{'parallel' if parallel else 'plain   '}] {text}", file=out, flush=True)  # noqa: E731
+    try:
+        with _SteadyProducer(bootstrap, topic, rate) as producer, open(workdir / f"{topic}.log", "w") as wlog:
+            first = _Worker(base, wlog)
+            wait_for(lambda: (first.latest("progress") or {}).get("finished", 0) >= rate * 2, 60, 0.1,
+                     "the first consumer to make progress")
+            first.kill()
+            killed_at = producer.sent
+            say(f"consumer killed with SIGKILL after {killed_at} records were produced; producing on")
+            deadline = Deadline(lag_seconds)
+            wait_for(lambda: deadline.expired() and group_is_empty(bootstrap, group), lag_seconds + 60, 0.1,
+                     "the lag to build and the dead member to leave the group")
+            restart_wall = time.time()
+            lag_estimate = producer.sent - killed_at
+            say(f"restarting the consumer; about {lag_estimate} records arrived while it was down")
+            second = _Worker(base + ["--first-fresh-after", f"{restart_wall:.3f}"], wlog)
+            try:
+                fresh = wait_for(lambda: second.event("fresh"), 600, 0.05, "the first fresh record")
+                ttf = float(fresh["t"]) - restart_wall
+                say(f"first record produced after the restart delivered after {ttf:.2f} s")
+            finally:
+                second.kill(signal.SIGTERM)
+        return DemoResult(mode, lag_estimate, ttf, None)
+    finally:
+        delete_topic(bootstrap, topic)
+
+
+@contextmanager
+def _broker(bootstrap: str | None, out: TextIO) -> Iterator[str]:
+    if bootstrap:
+        print(f"broker: {bootstrap} (from --bootstrap-servers)", file=out, flush=True)
+        yield bootstrap
+        return
+    broker: Broker = select_broker()
+    try:
+        print(f"broker: {broker.describe()}", file=out, flush=True)
+        yield broker.bootstrap
+    finally:
+        broker.close()
+
+
+def main(bootstrap: str | None, store_url: str | None, rate: int, lag_seconds: float, work_us: int,
+         partitions: int, out: TextIO = sys.stdout) -> list[DemoResult]:
+    workdir = Path(tempfile.mkdtemp(prefix="fastrecover-demo-"))
+    store = store_url or f"sqlite:///{os.path.join(os.getcwd(), 'fastrecover-demo.db')}"
+    print(f"store: {store}", file=out)
+    print(f"story: {rate} records/s on {partitions} partitions, {work_us} µs of work per record, "
+          f"consumer down for {lag_seconds:g} s", file=out, flush=True)
+    results: list[DemoResult] = []
+    with _broker(bootstrap, out) as servers:
+        for parallel in (False, True):
+            results.append(run_story(servers, parallel=parallel, store_url=store, rate=rate,
+                                     lag_seconds=lag_seconds, work_us=work_us, partitions=partitions,
+                                     workdir=workdir, out=out))
+    print("\ntime until the first record produced after the restart is delivered:", file=out)
+    print(f"  {'consumer':<44} {'lag (records)':>14} {'time to fresh':>14}", file=out)
+    for r in results:
+        print(f"  {r.mode:<44} {r.lag:>14} {r.time_to_fresh_s:>12.2f} s", file=out)
+    if len(results) == 2 and results[1].time_to_fresh_s > 0:
+        print(f"  ratio plain / fastrecover: {results[0].time_to_fresh_s / results[1].time_to_fresh_s:.1f}x",
+              file=out, flush=True)
+    return results

@@ -1,0 +1,69 @@
+"""Small helpers shared by the integration suites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import Message, TopicPartition
+
+from fastrecover import Consumer
+from fastrecover.testing.broker import group_is_empty
+from fastrecover.testing.waiting import wait_for
+from tests.integration.procs import WorkerProcess
+
+SESSION_MS = 3000
+
+
+def parallel_config(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": SESSION_MS,
+        "heartbeat.interval.ms": 500,
+        "enable.parallel.rebalance": True,
+        "fastrecover.store.url": store_url,
+        "fastrecover.backfill.min.offsets": 10,
+    }
+    config.update(extra)
+    return config
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[TopicPartition]:
+    probe = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return list(probe.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10))
+    finally:
+        probe.close()
+
+
+def poll_until(consumer: Consumer, sink: list[Message], done: Any, timeout: float, what: str) -> None:
+    """poll() into ``sink`` until ``done()`` holds, failing after ``timeout`` seconds."""
+
+    def step() -> bool:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            sink.append(msg)
+        return bool(done())
+
+    wait_for(step, timeout, interval=0.001, what=what)
+
+
+def crash_after_commit(bootstrap: str, topic: str, group: str, store_url: str, tmp_path: Path,
+                       commit_at: int, block_at: int) -> None:
+    """Run a parallel-mode worker process that commits ``commit_at`` and is SIGKILLed at ``block_at``."""
+    worker = WorkerProcess(
+        ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--parallel", "--store-url", store_url,
+         "--min-offsets", "10", "--ledger", str(tmp_path / "ledger"), "--commit", "none",
+         "--commit-at", str(commit_at), "--block-at", str(block_at), "--session-ms", str(SESSION_MS)],
+        tmp_path / "worker.log",
+    )
+    try:
+        worker.wait_event("committed", 60)
+        worker.wait_event("blocked", 60)
+    finally:
+        worker.sigkill()
+    wait_for(lambda: group_is_empty(bootstrap, group), 30, 0.2, "the killed member to leave the group")

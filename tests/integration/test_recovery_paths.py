@@ -1,0 +1,277 @@
+"""Recovery beyond the KIP example: child crashes, handover, lost store, retention, back-pressure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fastrecover import Consumer
+from fastrecover import child as child_module
+from fastrecover.ranges import OffsetRange
+from fastrecover.store import open_store
+from fastrecover.testing.broker import group_is_empty, produce
+from fastrecover.testing.waiting import wait_for
+from tests.integration.helpers import SESSION_MS, crash_after_commit, parallel_config, poll_until
+from tests.integration.procs import WorkerProcess
+
+
+def _commit_all(consumer: Consumer, msgs: list[Message]) -> None:
+    for m in msgs:
+        consumer.commit(message=m, asynchronous=False)
+
+
+def test_child_crash_mid_range_resumes_from_committed(bootstrap: str, topic_factory: Any, unique_group: str,
+                                                       store_url: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(100)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=40)
+    produce(bootstrap, topic, [f"r{i}" for i in range(100, 1000)], partition=0)
+
+    original = child_module._Reader._handle
+    calls = {"n": 0}
+
+    def failing_handle(self: Any, messages: list[Message]) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected child failure")
+        original(self, messages)
+
+    monkeypatch.setattr(child_module._Reader, "_handle", failing_handle)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url,
+                                        **{"fastrecover.backfill.batch.size": 50}))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: consumer.recoveries, 60, "recovery")
+        assert consumer.recoveries[0].new_ranges == (OffsetRange(20, 1000),)
+        poll_until(consumer, got, lambda: consumer.child_restarts >= 1, 60, "the dead child to be restarted")
+        # commit what was delivered before the crash was noticed, then drain the rest
+        _commit_all(consumer, [m for m in got if m.offset() < 1000])
+        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 1000)), 60,
+                   "every lagged record delivered despite the crash")
+        assert consumer.child_consumer_is_alive()
+        assert consumer.children_started == 2
+        _commit_all(consumer, [m for m in got if m.offset() < 1000])
+        store = open_store(store_url)
+        try:
+            assert store.open_ranges(unique_group) == []
+        finally:
+            store.close()
+    finally:
+        consumer.close()
+
+
+def test_process_killed_mid_backfill_resumes_range(bootstrap: str, topic_factory: Any, unique_group: str,
+                                                   store_url: str, tmp_path: Path) -> None:
+    """A SIGKILL while the child is mid-range: the next process resumes the range at its committed offset."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=50)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50, 300)], partition=0)
+    # second process: recovers [10, 300), commits each record, is SIGKILLed mid-range at 110
+    worker = WorkerProcess(
+        ["--bootstrap", bootstrap, "--topic", topic, "--group", unique_group, "--parallel",
+         "--store-url", store_url, "--min-offsets", "10", "--ledger", str(tmp_path / "ledger2"),
+         "--commit", "message", "--block-at", "110", "--session-ms", str(SESSION_MS)],
+        tmp_path / "worker2.log",
+    )
+    try:
+        worker.wait_event("blocked", 60)
+    finally:
+        worker.sigkill()
+    wait_for(lambda: group_is_empty(bootstrap, unique_group), 30, 0.2, "the killed member to leave")
+    store = open_store(store_url)
+    try:
+        (token,) = store.open_ranges(unique_group)
+        assert (token.progress.start, token.progress.end, token.progress.committed) == (10, 300, 110)
+        resumed_at = token.progress.committed
+    finally:
+        store.close()
+
+    again = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        again.subscribe([topic])
+        more: list[Message] = []
+        poll_until(again, more, lambda: {m.offset() for m in more} >= set(range(resumed_at, 300)), 60,
+                   "the rest of the range")
+        backfilled = sorted(m.offset() for m in more if m.offset() < 300)
+        assert backfilled[0] == resumed_at, "the range resumes at its committed offset, not its start"
+    finally:
+        again.close()
+
+
+def test_revocation_hands_ranges_to_the_next_owner(bootstrap: str, topic_factory: Any, unique_group: str,
+                                                   store_url: str, tmp_path: Path) -> None:
+    topic = topic_factory(partitions=2)
+    for p in (0, 1):
+        produce(bootstrap, topic, [f"p{p}-{i}" for i in range(20)], partition=p)
+    # commit 10 on both partitions with a plain consumer of the same group, then grow the log
+    from confluent_kafka import Consumer as Plain
+
+    plain = Plain({"bootstrap.servers": bootstrap, "group.id": unique_group})
+    plain.commit(offsets=[TopicPartition(topic, 0, 10), TopicPartition(topic, 1, 10)], asynchronous=False)
+    plain.close()
+    for p in (0, 1):
+        produce(bootstrap, topic, [f"p{p}-{i}" for i in range(20, 2000)], partition=p)
+
+    cfg = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.backfill.queue.max.messages": 20,
+                                                                 "fastrecover.backfill.batch.size": 10})
+    a = Consumer(cfg)
+    b = Consumer(cfg)
+    try:
+        a.subscribe([topic])
+        got_a: list[Message] = []
+        poll_until(a, got_a, lambda: len({r.key for r in a.recoveries}) == 2 and len(got_a) >= 10, 60,
+                   "A recovers both partitions")
+        store = open_store(store_url)
+        try:
+            assert len(store.open_ranges(unique_group)) == 2
+            b.subscribe([topic])
+            got_b: list[Message] = []
+
+            def both_assigned() -> bool:
+                msg = a.poll(0.05)
+                if msg is not None and msg.error() is None:
+                    got_a.append(msg)
+                msg = b.poll(0.05)
+                if msg is not None and msg.error() is None:
+                    got_b.append(msg)
+                return len(a.assignment()) == 1 and len(b.assignment()) == 1
+
+            wait_for(both_assigned, 60, 0.001, "the group to split the partitions")
+            b_key = b.recoveries[-1].key
+            tokens = {t.partition: t for t in store.open_ranges(unique_group)}
+            assert tokens[b_key.partition].owner == b._owner, "B claimed the range of the partition it got"
+            assert tokens[b_key.partition].epoch >= 2
+
+            def drained() -> bool:
+                for consumer, sink in ((a, got_a), (b, got_b)):
+                    msgs = [m for m in consumer.consume(200, 0.05) if m.error() is None]
+                    if msgs:
+                        sink.extend(msgs)
+                        consumer.commit(asynchronous=False)  # everything returned so far, both logs
+                return store.open_ranges(unique_group) == []
+
+            wait_for(drained, 120, 0.001, "both ranges backfilled and committed by their owners")
+            # fencing: A's old epoch can no longer write B's range
+            from fastrecover.errors import FencedError
+            from fastrecover.store import ProgressUpdate
+
+            token = store.get(tokens[b_key.partition].id)
+            with pytest.raises(FencedError):
+                store.commit_one(ProgressUpdate(token.id, a._owner, 1, token.progress))
+            delivered = {(m.partition(), m.offset()) for m in got_a + got_b}
+            for p in (0, 1):
+                assert {o for (pp, o) in delivered if pp == p} >= set(range(10, 2000))
+        finally:
+            store.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_lost_store_falls_back_to_commit_metadata_mirror(bootstrap: str, topic_factory: Any, unique_group: str,
+                                                         tmp_path: Path) -> None:
+    store_path = tmp_path / "store.db"
+    url = f"sqlite:///{store_path}"
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, url, tmp_path, commit_at=30, block_at=50)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50, 200)], partition=0)
+
+    first = Consumer(parallel_config(bootstrap, unique_group, url))
+    first.subscribe([topic])
+    got: list[Message] = []
+    poll_until(first, got, lambda: first.recoveries and first.child_consumer_is_alive(), 60, "recovery")
+    assert first.recoveries[0].new_ranges == (OffsetRange(30, 200),)
+    produce(bootstrap, topic, ["live"], partition=0)
+    poll_until(first, got, lambda: {m.offset() for m in got} >= {*range(30, 40), 200}, 60,
+               "the live record and the first backfill records")
+    # back-fill only 30..39, then commit the live record (its commit metadata mirrors the open range)
+    _commit_all(first, [m for m in got if 30 <= m.offset() < 40])
+    first.commit(message=next(m for m in got if m.offset() == 200), asynchronous=False)
+    first._child.stop() if first._child else None  # crash without close()
+    first._closed = True
+    first._primary.close()
+
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(str(store_path) + suffix):
+            os.remove(str(store_path) + suffix)  # the store is wiped
+
+    second = Consumer(parallel_config(bootstrap, unique_group, url))
+    try:
+        second.subscribe([topic])
+        more: list[Message] = []
+        poll_until(second, more, lambda: {m.offset() for m in more} >= set(range(40, 200)), 60,
+                   "the mirrored range backfilled from the new store")
+        assert min(m.offset() for m in more) == 40, "restored at the mirrored committed offset"
+        store = open_store(url)
+        try:
+            (token,) = store.open_ranges(unique_group)
+            assert (token.progress.start, token.progress.end) == (30, 200)
+        finally:
+            store.close()
+    finally:
+        second.close()
+
+
+def test_retention_gap_is_counted_on_the_token(bootstrap: str, topic_factory: Any, unique_group: str,
+                                               store_url: str, tmp_path: Path) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=50)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50, 200)], partition=0)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 60)]).values():
+        fut.result(timeout=30)  # retention removes 10..59 before the restart
+
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(60, 200)), 60, "the rest")
+        assert min(m.offset() for m in got) == 60
+        _commit_all(consumer, got)
+        store = open_store(store_url)
+        try:
+            (token,) = [t for t in store.ranges(unique_group) if t.topic == topic]
+            assert token.skipped == 50, "the 50 records retention removed are recorded, not silently dropped"
+            assert not token.is_open
+        finally:
+            store.close()
+    finally:
+        consumer.close()
+
+
+def test_backpressure_bounds_the_child_queue(bootstrap: str, topic_factory: Any, unique_group: str,
+                                             store_url: str, tmp_path: Path) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(20)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=20)
+    produce(bootstrap, topic, [b"x" * 100] * 20000, partition=0)
+    limit, batch = 200, 50
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
+        "fastrecover.backfill.queue.max.messages": limit, "fastrecover.backfill.batch.size": batch}))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: consumer.child_consumer_is_alive(), 60, "child started")
+        child = consumer._child
+        assert child is not None
+        # stop polling: the child must fill its queue and then stop reading
+        wait_for(lambda: child.pending() >= limit, 60, 0.01, "the child queue to fill")
+        high = child.records_delivered
+        assert child.pending() <= limit + batch
+        # wait until the child has paused: delivered count stays put across several idle cycles
+        wait_for(lambda: child.backpressured, 30, 0.01, "the child to pause its partitions")
+        assert child.records_delivered <= high + batch
+        assert child.pending() <= limit + batch
+        poll_until(consumer, got, lambda: len({m.offset() for m in got}) >= 20010, 120, "drain everything")
+    finally:
+        consumer.close()
