@@ -35,7 +35,8 @@ class OffsetRange:
         return isinstance(offset, int) and self.start <= offset < self.end
 
     def overlaps(self, other: OffsetRange) -> bool:
-        return self.start < other.end and other.start < self.end
+        """True when the two ranges share at least one offset (an empty range shares none)."""
+        return max(self.start, other.start) < min(self.end, other.end)
 
 
 def subtract(whole: OffsetRange, holes: Iterable[OffsetRange]) -> list[OffsetRange]:
@@ -47,7 +48,7 @@ def subtract(whole: OffsetRange, holes: Iterable[OffsetRange]) -> list[OffsetRan
     pieces: list[OffsetRange] = []
     cursor = whole.start
     for hole in sorted(holes, key=lambda r: r.start):
-        if hole.end <= cursor or hole.start >= whole.end:
+        if len(hole) == 0 or hole.end <= cursor or hole.start >= whole.end:
             continue
         if hole.start > cursor:
             pieces.append(OffsetRange(cursor, hole.start))
@@ -173,11 +174,13 @@ def route_record(offset: int, ranges: Sequence[tuple[K, OffsetRange]]) -> K | No
 def merged_committed(primary: int | None, open_ranges: Iterable[RangeProgress]) -> int | None:
     """The KIP's committed(): the lowest committed offset of the open ranges, if any.
 
-    Everything below the returned offset is checkpointed in one log or the other.
+    Everything below the returned offset is checkpointed in one log or the other,
+    so a primary commit below every open range's committed offset (the primary
+    has not yet checkpointed what lies between) is returned instead.
     """
     lows = [r.committed for r in open_ranges if not r.done]
     if lows:
-        return min(lows)
+        return min(lows) if primary is None else min(*lows, primary)
     return primary
 
 
