@@ -58,6 +58,19 @@ def _read_varints(data: bytes) -> list[int]:
     return values
 
 
+def _decompress(raw: bytes) -> bytes:
+    """zstd-decompress at most ``_MAX_DECOMPRESSED`` bytes.
+
+    ``max_output_size`` only applies to frames that do not declare their size, so a
+    frame declaring a huge content size is refused here before anything is allocated.
+    """
+    size = zstandard.frame_content_size(raw)
+    if size > _MAX_DECOMPRESSED:
+        raise CodecError(f"zstd payload declares {size} bytes, more than the {_MAX_DECOMPRESSED} allowed")
+    data: bytes = zstandard.ZstdDecompressor().decompress(raw, max_output_size=_MAX_DECOMPRESSED)
+    return data
+
+
 def _bitset(deltas: Sequence[int]) -> bytes:
     bits = bytearray((deltas[-1] // 8) + 1)
     for d in deltas:
@@ -83,21 +96,29 @@ def _runs(deltas: Sequence[int]) -> bytes:
 
 def encode_completed(committed: int, completed: Iterable[int]) -> str:
     """Encode offsets (all > committed) relative to ``committed + 1``; '' when empty."""
-    deltas = sorted(o - committed - 1 for o in completed)
+    deltas = sorted({o - committed - 1 for o in completed})
     if not deltas:
         return ""
     if deltas[0] < 0:
         raise ValueError(f"completed offset {deltas[0] + committed + 1} is not above committed {committed}")
-    candidates = [("b", _bitset(deltas)), ("r", _runs(deltas))]
-    tag, raw = min(candidates, key=lambda c: len(c[1]))
+    tag, raw = "r", _runs(deltas)
+    # The bitset's size is known up front: only build it when it is the smaller one,
+    # so a lone offset far above committed does not allocate a gigantic bitset.
+    if deltas[-1] // 8 + 1 <= len(raw):
+        tag, raw = "b", _bitset(deltas)
     packed = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw)
     if len(packed) < len(raw):
         tag, raw = tag.upper(), packed
     return _VERSION + tag + base64.b64encode(raw).decode("ascii")
 
 
-def decode_completed(committed: int, text: str) -> frozenset[int]:
-    """Inverse of :func:`encode_completed`; raises ``CodecError`` on anything malformed."""
+def decode_completed(committed: int, text: str, end: int | None = None) -> frozenset[int]:
+    """Inverse of :func:`encode_completed`; raises ``CodecError`` on anything malformed.
+
+    With ``end`` (the range's end), an offset at or beyond it is malformed too; the
+    check runs before a run is expanded, so a corrupt run length cannot make the
+    decoder build an enormous set.
+    """
     if not text:
         return frozenset()
     if len(text) < 2 or text[0] != _VERSION or text[1] not in "bBrR":
@@ -109,22 +130,30 @@ def decode_completed(committed: int, text: str) -> frozenset[int]:
         raise CodecError(f"completion map is not valid base64: {text[:16]!r}...") from exc
     if tag.isupper():
         try:
-            raw = zstandard.ZstdDecompressor().decompress(raw, max_output_size=_MAX_DECOMPRESSED)
+            raw = _decompress(raw)
         except zstandard.ZstdError as exc:
             raise CodecError("completion map zstd payload is corrupt") from exc
     base = committed + 1
     if tag.lower() == "b":
+        if end is not None and base + ((len(raw) - 1) << 3) >= end:
+            raise CodecError(f"completion-map bitset of {len(raw)} bytes reaches beyond the range end {end}")
         offsets = {base + (i << 3) + bit for i, byte in enumerate(raw) for bit in range(8) if byte >> bit & 1}
+        if end is not None and offsets and max(offsets) >= end:
+            raise CodecError(f"completion map holds offset {max(offsets)} beyond the range end {end}")
     else:
         values = _read_varints(raw)
         if len(values) % 2:
             raise CodecError("run-length completion map has an odd number of runs")
         offsets = set()
         cursor = base
-        for gap, length in zip(values[::2], values[1::2]):
+        for gap, length in zip(values[::2], values[1::2], strict=True):
             if length == 0:
                 raise CodecError("run-length completion map has an empty run")
             cursor += gap
+            if end is not None and cursor + length > end:
+                raise CodecError(
+                    f"completion map run reaches offset {cursor + length - 1} beyond the range end {end}"
+                )
             offsets.update(range(cursor, cursor + length))
             cursor += length
     if not offsets:
@@ -151,7 +180,10 @@ def encode_mirror(ranges: Sequence[RangeProgress], limit: int = MIRROR_LIMIT) ->
         gaps = [entries[i + 1].start - entries[i].end for i in range(len(entries) - 1)]
         i = gaps.index(min(gaps))
         a, b = entries[i], entries[i + 1]
-        entries[i : i + 2] = [RangeProgress(a.start, b.end, a.committed)]
+        # Cover both (even if they overlap or nest): everything from the lower committed
+        # offset to the higher end is re-delivered, so nothing unfinished is dropped.
+        merged_end = max(a.end, b.end)
+        entries[i : i + 2] = [RangeProgress(a.start, merged_end, min(a.committed, b.committed))]
         text = _mirror_text(entries, with_maps=False)
     if len(text) > limit:
         raise ValueError(f"mirror of one range does not fit in {limit} characters")
@@ -182,14 +214,22 @@ def decode_mirror(text: str) -> list[RangeProgress]:
     try:
         raw = base64.b64decode(body[1:], validate=True)
         if body[:1] == "Z":
-            raw = zstandard.ZstdDecompressor().decompress(raw, max_output_size=_MAX_DECOMPRESSED)
+            raw = _decompress(raw)
         elif body[:1] != "J":
             raise CodecError(f"unknown mirror encoding {body[:1]!r}")
         rows = json.loads(raw)
-        return [
-            RangeProgress(int(s), int(e), int(c), decode_completed(int(c), str(m))) for s, e, c, m in rows
-        ]
+        if not isinstance(rows, list):
+            raise CodecError(f"commit-metadata mirror is not a list of ranges: {text[:24]!r}...")
+        ranges = []
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 4:
+                raise CodecError(f"commit-metadata mirror row {row!r} is not [start, end, committed, map]")
+            s, e, c, m = row
+            if not all(type(v) is int for v in (s, e, c)) or not isinstance(m, str):
+                raise CodecError(f"commit-metadata mirror row {row!r} has a field of the wrong type")
+            ranges.append(RangeProgress(s, e, c, decode_completed(c, m, end=e)))
+        return ranges
     except CodecError:
         raise
-    except (binascii.Error, ValueError, TypeError, zstandard.ZstdError) as exc:
+    except (binascii.Error, ValueError, TypeError, RecursionError, zstandard.ZstdError) as exc:
         raise CodecError(f"commit-metadata mirror is corrupt: {text[:24]!r}...") from exc
