@@ -77,9 +77,13 @@ def _restore(mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange]) ->
         if entry.done:
             continue
         for piece in subtract(entry.span, known):
-            committed = min(max(entry.committed, piece.start), piece.end)
-            completed = frozenset(o for o in entry.completed if committed < o < piece.end)
-            progress = RangeProgress(piece.start, piece.end, committed, completed)
+            # commit_upto/mark_done clip to the piece and advance over a completed offset
+            # that lands on the clipped committed offset (piece.start of a later piece).
+            progress = (
+                RangeProgress.fresh(piece.start, piece.end)
+                .commit_upto(entry.committed)
+                .mark_done(entry.completed)
+            )
             if not progress.done:
                 restored.append(progress)
     return restored
