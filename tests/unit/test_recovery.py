@@ -1,0 +1,279 @@
+"""Unit and property tests of the recovery decision (fastrecover.recovery.plan_partition)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastrecover.ranges import OffsetRange, RangeProgress
+from fastrecover.recovery import PartitionPlan, plan_partition
+from fastrecover.tokens import Token, TokenState
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def token(token_id: int, start: int, end: int, committed: int | None = None, *, done: bool = False,
+          completed: frozenset[int] = frozenset()) -> Token:
+    if done:
+        progress = RangeProgress(start, end, end)
+    else:
+        progress = RangeProgress(start, end, start if committed is None else committed, completed)
+    return Token(token_id, "g", "t", 0, progress, state=TokenState.DONE if done else TokenState.OPEN)
+
+
+def offsets(spans: Sequence[OffsetRange]) -> set[int]:
+    return {o for s in spans for o in range(s.start, s.end)}
+
+
+def unfinished(p: RangeProgress) -> set[int]:
+    return {o for o in range(p.committed, p.end) if o not in p.completed}
+
+
+# ---- examples --------------------------------------------------------------------------------------
+
+
+class TestKipExample:
+    def test_first_crash(self) -> None:
+        plan = plan_partition(committed=70, log_end=120, min_offsets=10)
+        assert plan.primary_start == 120
+        assert plan.new_ranges == (OffsetRange(70, 120),)
+        assert plan.restored == ()
+        assert plan.backfill == ()
+        assert plan.fallback_start == 70
+        assert plan.lag == 50
+
+    def test_second_crash_with_the_old_range_done(self) -> None:
+        old = token(1, 70, 120, done=True)
+        plan = plan_partition(committed=140, log_end=190, min_offsets=10, store_tokens=[old])
+        assert plan.primary_start == 190
+        assert plan.new_ranges == (OffsetRange(140, 190),)
+        assert plan.backfill == ()
+        assert plan.fallback_start == 140
+
+    def test_second_crash_with_the_old_range_still_open(self) -> None:
+        old = token(1, 70, 120, committed=95)
+        plan = plan_partition(committed=140, log_end=190, min_offsets=10, store_tokens=[old])
+        assert plan.primary_start == 190
+        assert plan.new_ranges == (OffsetRange(140, 190),)
+        assert plan.backfill == (old,)
+
+    def test_crash_before_the_primary_ever_committed(self) -> None:
+        # the primary jumped to 120 but crashed before committing: committed is still 70
+        old = token(1, 70, 120, committed=80)
+        plan = plan_partition(committed=70, log_end=190, min_offsets=10, store_tokens=[old])
+        assert plan.primary_start == 190
+        assert plan.new_ranges == (OffsetRange(120, 190),)
+        assert plan.backfill == (old,)
+
+
+class TestNoSplit:
+    def test_lag_below_min(self) -> None:
+        plan = plan_partition(committed=70, log_end=79, min_offsets=10)
+        assert plan == PartitionPlan(primary_start=None)
+        assert plan.lag == 0
+
+    def test_lag_exactly_min_is_split(self) -> None:
+        plan = plan_partition(committed=70, log_end=80, min_offsets=10)
+        assert plan.primary_start == 80
+        assert plan.new_ranges == (OffsetRange(70, 80),)
+
+    @pytest.mark.parametrize("committed", [None, -1, -1001])
+    def test_no_committed_offset(self, committed: int | None) -> None:
+        plan = plan_partition(committed=committed, log_end=10_000, min_offsets=1)
+        assert plan.primary_start is None
+        assert plan.new_ranges == ()
+        assert plan.fallback_start is None
+
+    def test_log_end_below_committed(self) -> None:
+        plan = plan_partition(committed=500, log_end=100, min_offsets=1)
+        assert plan.primary_start is None
+        assert plan.new_ranges == ()
+
+    def test_open_tokens_are_backfilled_even_without_split(self) -> None:
+        old = token(3, 10, 50)
+        done = token(4, 50, 60, done=True)
+        plan = plan_partition(committed=None, log_end=100, min_offsets=10, store_tokens=[old, done])
+        assert plan.primary_start is None
+        assert plan.backfill == (old,)
+
+    def test_mirror_is_restored_even_without_split(self) -> None:
+        mirrored = [RangeProgress(10, 50, 20)]
+        plan = plan_partition(committed=100, log_end=101, min_offsets=10, mirrored=mirrored)
+        assert plan.primary_start is None
+        assert plan.restored == (RangeProgress(10, 50, 20),)
+
+
+class TestOverlaps:
+    def test_new_range_skips_open_tokens_inside_the_lag(self) -> None:
+        a = token(1, 80, 90)
+        b = token(2, 100, 130)
+        plan = plan_partition(committed=70, log_end=200, min_offsets=10, store_tokens=[b, a])
+        assert plan.new_ranges == (OffsetRange(70, 80), OffsetRange(90, 100), OffsetRange(130, 200))
+        assert set(plan.backfill) == {a, b}
+        assert plan.lag == 10 + 10 + 70
+
+    def test_lag_covered_entirely_by_open_tokens(self) -> None:
+        a = token(1, 60, 130)
+        plan = plan_partition(committed=70, log_end=130, min_offsets=10, store_tokens=[a])
+        assert plan.primary_start == 130
+        assert plan.new_ranges == ()
+        assert plan.backfill == (a,)
+
+    def test_done_tokens_do_not_hide_the_lag(self) -> None:
+        # re-reading a done range only re-delivers; it never loses anything
+        done = token(1, 80, 90, done=True)
+        plan = plan_partition(committed=70, log_end=100, min_offsets=10, store_tokens=[done])
+        assert offsets(plan.new_ranges) >= set(range(70, 80)) | set(range(90, 100))
+
+
+class TestMirrorRestore:
+    def test_store_wiped_restores_mirror(self) -> None:
+        mirrored = [RangeProgress(70, 120, 95, frozenset({100, 101}))]
+        plan = plan_partition(committed=140, log_end=190, min_offsets=10, mirrored=mirrored)
+        assert plan.restored == (RangeProgress(70, 120, 95, frozenset({100, 101})),)
+        assert plan.new_ranges == (OffsetRange(140, 190),)
+
+    def test_known_open_or_done_entries_are_not_restored(self) -> None:
+        mirrored = [RangeProgress(70, 120, 95), RangeProgress(140, 190, 150), RangeProgress(200, 250, 210)]
+        store = [token(1, 70, 120, committed=100), token(2, 140, 190, done=True)]
+        plan = plan_partition(committed=300, log_end=400, min_offsets=10, store_tokens=store,
+                              mirrored=mirrored)
+        assert plan.restored == (RangeProgress(200, 250, 210),)
+        assert plan.backfill == (store[0],)
+
+    def test_done_mirror_entries_are_not_restored(self) -> None:
+        plan = plan_partition(committed=300, log_end=301, min_offsets=10, mirrored=[RangeProgress(0, 10, 10)])
+        assert plan.restored == ()
+
+    def test_partly_known_entry_is_clipped(self) -> None:
+        # the mirror merged two ranges; the store still knows the first one
+        mirrored = [RangeProgress(70, 200, 90, frozenset({95, 150, 151, 199}))]
+        store = [token(1, 70, 120, committed=100)]
+        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store,
+                              mirrored=mirrored)
+        assert plan.restored == (RangeProgress(120, 200, 120, frozenset({150, 151, 199})),)
+
+    def test_clipped_piece_keeps_the_mirror_committed_offset(self) -> None:
+        mirrored = [RangeProgress(0, 100, 60, frozenset({70}))]
+        store = [token(1, 20, 30, done=True)]
+        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store,
+                              mirrored=mirrored)
+        # [0, 20) is fully done per the mirror (committed 60) and so is not restored
+        assert plan.restored == (RangeProgress(30, 100, 60, frozenset({70})),)
+
+    def test_completed_offsets_at_a_piece_start_advance_it(self) -> None:
+        mirrored = [RangeProgress(0, 100, 10, frozenset({50, 51, 60}))]
+        store = [token(1, 10, 50, committed=12)]
+        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store,
+                              mirrored=mirrored)
+        assert plan.restored == (RangeProgress(50, 100, 52, frozenset({60})),)
+
+    def test_piece_finished_per_the_mirror_is_not_restored(self) -> None:
+        mirrored = [RangeProgress(67, 147, 125, frozenset({126, 146}))]
+        store = [token(1, 66, 146)]
+        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store,
+                              mirrored=mirrored)
+        assert plan.restored == ()
+
+    def test_new_ranges_do_not_overlap_restored(self) -> None:
+        mirrored = [RangeProgress(100, 150, 100)]
+        plan = plan_partition(committed=70, log_end=200, min_offsets=10, mirrored=mirrored)
+        assert plan.restored == (RangeProgress(100, 150, 100),)
+        assert plan.new_ranges == (OffsetRange(70, 100), OffsetRange(150, 200))
+
+
+# ---- properties ------------------------------------------------------------------------------------
+
+
+@st.composite
+def progress_in(draw: st.DrawFn, lo: int, hi: int) -> RangeProgress:
+    start = draw(st.integers(lo, hi))
+    end = draw(st.integers(start, min(hi, start + 80)))
+    committed = draw(st.integers(start, end))
+    above = list(range(committed + 1, end))
+    completed = draw(st.frozensets(st.sampled_from(above), max_size=10)) if above else frozenset()
+    return RangeProgress(start, end, committed, completed)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict[str, object]:
+    committed = draw(st.one_of(st.none(), st.integers(-1, 300)))
+    log_end = draw(st.integers(0, 400))
+    min_offsets = draw(st.integers(1, 60))
+    tokens: list[Token] = []
+    for i, p in enumerate(draw(st.lists(progress_in(0, 400), max_size=5))):
+        done = draw(st.booleans())
+        tokens.append(Token(i + 1, "g", "t", 0, RangeProgress(p.start, p.end, p.end) if done else p,
+                            state=TokenState.DONE if done else TokenState.OPEN))
+    mirrored = draw(st.lists(progress_in(0, 400), max_size=5))
+    return {"committed": committed, "log_end": log_end, "min_offsets": min_offsets,
+            "store_tokens": tokens, "mirrored": mirrored}
+
+
+@settings(max_examples=400)
+@given(scenarios())
+def test_plan_properties(scenario: dict[str, object]) -> None:
+    plan = plan_partition(**scenario)  # type: ignore[arg-type]
+    committed = scenario["committed"]
+    log_end = scenario["log_end"]
+    min_offsets = scenario["min_offsets"]
+    store_tokens: list[Token] = scenario["store_tokens"]  # type: ignore[assignment]
+    mirrored: list[RangeProgress] = scenario["mirrored"]  # type: ignore[assignment]
+    assert isinstance(committed, int | None)
+    assert isinstance(log_end, int)
+    assert isinstance(min_offsets, int)
+
+    open_tokens = [t for t in store_tokens if t.is_open]
+    assert plan.backfill == tuple(open_tokens)
+    assert plan.lag == sum(len(r) for r in plan.new_ranges)
+
+    # the split decision
+    splits = committed is not None and committed >= 0 and log_end - committed >= min_offsets
+    if splits:
+        assert committed is not None
+        assert plan.primary_start == log_end
+        assert plan.fallback_start == committed
+    else:
+        assert plan.primary_start is None
+        assert plan.new_ranges == ()
+        assert plan.fallback_start is None
+
+    # new ranges: sorted, non-empty, disjoint, inside the lag, clear of open and restored ranges
+    for r in plan.new_ranges:
+        assert len(r) > 0
+        assert committed is not None
+        assert committed <= r.start and r.end <= log_end
+    for a, b in pairwise(plan.new_ranges):
+        assert a.end <= b.start
+    taken = [t.span for t in open_tokens] + [r.span for r in plan.restored]
+    for r in plan.new_ranges:
+        assert not any(r.overlaps(s) for s in taken)
+
+    # nothing is lost: [committed, log_end) is covered by new, open and restored ranges
+    # (the primary reads from primary_start on, or from committed when it does not jump)
+    if plan.primary_start is not None:
+        assert committed is not None
+        covered = offsets(plan.new_ranges) | offsets(taken)
+        assert set(range(committed, plan.primary_start)) <= covered
+
+    # restored ranges: only for parts the store has never heard of, never claiming more than the mirror
+    known = offsets([t.span for t in store_tokens])
+    restored_unfinished: set[int] = set()
+    for r in plan.restored:
+        assert not r.done
+        assert not offsets([r.span]) & known
+        assert any(m.start <= r.start and r.end <= m.end for m in mirrored)
+        restored_unfinished |= unfinished(r)
+    for m in mirrored:
+        # every offset the mirror says is unfinished is either the store's business or restored as unfinished
+        assert unfinished(m) - known <= restored_unfinished
+    for r in plan.restored:
+        # each restored range is a piece of one mirror entry, finished only where that entry says so
+        assert any(
+            m.start <= r.start and r.end <= m.end and unfinished(r) == unfinished(m) & offsets([r.span])
+            for m in mirrored
+        )
