@@ -143,13 +143,40 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- demo ----------------------------------------------------------------------
+
+
+def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = subparsers.add_parser(
+        "demo", help="the KIP's crash/restart story: plain consumer vs parallel rebalance, time to fresh data"
+    )
+    demo.add_argument("--bootstrap-servers", help="use this Kafka (default: $FASTRECOVER_BOOTSTRAP, a "
+                      "container when Docker answers, else a local Apache Kafka from Maven Central jars)")
+    demo.add_argument("--store-url", help="range store (default: sqlite file fastrecover-demo.db here)")
+    demo.add_argument("--rate", type=int, default=3000, help="records produced per second (default 3000)")
+    demo.add_argument("--down-seconds", type=float, default=10.0,
+                      help="how long the consumer stays dead while the lag builds (default 10)")
+    demo.add_argument("--work-us", type=int, default=200,
+                      help="simulated processing time per record in microseconds (default 200)")
+    demo.add_argument("--partitions", type=int, default=3)
+    demo.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from fastrecover import demo
+
+    demo.main(args.bootstrap_servers, args.store_url, args.rate, args.down_seconds, args.work_us,
+              args.partitions)
+    return EXIT_OK
+
+
 # -- entry point --------------------------------------------------------------
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastrecover",
-        description="KIP-333 parallel rebalance for confluent-kafka: range-store tools.",
+        description="KIP-333 parallel rebalance for confluent-kafka: demo, range-store tools.",
     )
     parser.add_argument("--version", action="version", version=f"fastrecover {__version__}")
     parser.add_argument(
@@ -158,6 +185,7 @@ def _build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_db_parser(subparsers)
     _add_status_parser(subparsers)
+    _add_demo_parser(subparsers)
     return parser
 
 
