@@ -1,0 +1,170 @@
+"""Merged API semantics: default-off equivalence, consume(), pause/resume, auto-commit, bad commits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka import Message, TopicPartition
+
+from fastrecover import Consumer, StateError
+from fastrecover.store import open_store
+from fastrecover.testing.broker import produce
+from fastrecover.testing.waiting import wait_for
+from tests.integration.helpers import crash_after_commit, group_offsets, parallel_config, poll_until
+
+
+def _drain(consumer: Any, count: int, timeout: float = 60) -> list[tuple[int, int, bytes]]:
+    out: list[tuple[int, int, bytes]] = []
+
+    def step() -> bool:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            out.append((msg.partition(), msg.offset(), msg.value()))
+            consumer.commit(message=msg, asynchronous=False)
+        return len(out) >= count
+
+    wait_for(step, timeout, 0.001, f"{count} records")
+    return out
+
+
+def test_default_off_is_the_plain_consumer(bootstrap: str, topic_factory: Any, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    topic = topic_factory(partitions=3)
+    produce(bootstrap, topic, [f"v{i}" for i in range(300)])
+    base = {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    ours = Consumer({**base, "group.id": "off-ours-" + topic})
+    plain = confluent_kafka.Consumer({**base, "group.id": "off-plain-" + topic})
+    try:
+        # every public method is the wrapped consumer's own: no extra layer, no extra broker calls
+        for name in ("poll", "consume", "commit", "committed", "position", "pause", "resume", "store_offsets"):
+            assert getattr(ours, name).__self__ is ours._primary
+        assert not ours.child_consumer_is_alive() and ours._child is None
+        ours.subscribe([topic])
+        plain.subscribe([topic])
+        got_ours = sorted(_drain(ours, 300))
+        got_plain = sorted(_drain(plain, 300))
+        assert got_ours == got_plain
+        tps = [TopicPartition(topic, p) for p in range(3)]
+        assert [tp.offset for tp in ours.committed(tps, timeout=10)] == [
+            tp.offset for tp in plain.committed(tps, timeout=10)]
+    finally:
+        ours.close()
+        plain.close()
+    assert not (tmp_path / "fastrecover.db").exists(), "mode off never touches a store"
+
+
+def test_consume_batches_merge_both_streams_and_commit_both_logs(
+        bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50, 500)], partition=0)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        live_sent: list[bool] = []
+
+        def step() -> bool:
+            batch = consumer.consume(100, 0.2)
+            assert len(batch) <= 100
+            got.extend(m for m in batch if m.error() is None)
+            if consumer.recoveries and not live_sent:
+                produce(bootstrap, topic, ["live"] * 5, partition=0)  # fresh records after the restart
+                live_sent.append(True)
+            return {m.offset() for m in got} >= set(range(20, 505))
+
+        wait_for(step, 60, 0.001, "backfill 20..499 and live 500..504 via consume()")
+        consumer.commit(asynchronous=False)  # no args: everything returned so far, to both logs
+        assert group_offsets(bootstrap, unique_group, topic)[0].offset == 505
+        store = open_store(store_url)
+        try:
+            assert store.open_ranges(unique_group) == []
+        finally:
+            store.close()
+        assert consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 505
+    finally:
+        consumer.close()
+
+
+def test_pause_resume_stops_both_consumers(bootstrap: str, topic_factory: Any, unique_group: str,
+                                           store_url: str, tmp_path: Path) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50, 3000)], partition=0)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
+        "fastrecover.backfill.queue.max.messages": 100, "fastrecover.backfill.batch.size": 20}))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: len(got) >= 10, 60, "some backfill")
+        tp = [TopicPartition(topic, 0)]
+        consumer.pause(tp)
+        child = consumer._child
+        assert child is not None
+        # drain what was already queued, then nothing more may arrive while paused
+        poll_until(consumer, got, lambda: child.pending() == 0, 30, "the queued records to drain")
+        before = child.records_delivered
+        quiet: list[Message] = []
+        for _ in range(20):
+            msg = consumer.poll(0.05)
+            if msg is not None and msg.error() is None:
+                quiet.append(msg)
+        assert child.records_delivered - before <= 20, "the paused child reads at most one in-flight batch"
+        consumer.resume(tp)
+        poll_until(consumer, got, lambda: {m.offset() for m in got + quiet} >= set(range(20, 3000)), 60,
+                   "everything after resume")
+    finally:
+        consumer.close()
+
+
+def test_auto_commit_commits_only_records_returned_by_an_earlier_poll(
+        bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
+    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50, 400)], partition=0)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
+        "enable.auto.commit": True, "auto.commit.interval.ms": 200}))
+    store = open_store(store_url)
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: len({m.offset() for m in got if m.offset() < 400}) >= 100, 60,
+                   "100 backfill records")
+        last = max(m.offset() for m in got if m.offset() < 400)
+        # the store never claims a record the application has not come back from
+        (token,) = store.open_ranges(unique_group)
+        assert token.progress.committed <= last, "the last returned record is not yet auto-committed"
+        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 400)), 60, "all")
+
+        def committed_everything() -> bool:
+            consumer.poll(0.05)
+            return store.open_ranges(unique_group) == []
+
+        wait_for(committed_everything, 30, 0.001, "auto-commit to finish the range")
+    finally:
+        store.close()
+        consumer.close()
+
+
+def test_commit_of_an_unassigned_partition_is_a_clear_error(bootstrap: str, topic_factory: Any,
+                                                            unique_group: str, store_url: str) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, ["a"], partition=0)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: got, 60, "one record")
+        with pytest.raises(StateError, match=r"not assigned.*nope\[3\]"):
+            consumer.commit(offsets=[TopicPartition("nope", 3, 10)], asynchronous=False)
+    finally:
+        consumer.close()
+    assert os.path.exists(store_url.removeprefix("sqlite:///")) or store_url.startswith("postgresql")
