@@ -11,6 +11,7 @@ safety setting.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,13 +28,33 @@ def _default_store_url() -> str:
     return "sqlite:///" + os.path.join(os.getcwd(), DEFAULT_STORE_FILE)
 
 
+_TRUE = ("true", "t", "1")
+_FALSE = ("false", "f", "0")
+
+
 def parse_bool(key: str, value: object) -> bool:
-    """Booleans the way librdkafka accepts them: bool or true/false strings."""
+    """Booleans the way librdkafka accepts them.
+
+    A bool, or a string true/t/1 or false/f/0 (any case); an int 0 or 1 too, since
+    confluent_kafka hands librdkafka ``str(value)``.  The consumer also parses
+    librdkafka's own boolean keys with this, so it must not refuse what librdkafka takes.
+    """
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ConfigError(f"{key}: expected a boolean (True/False or 'true'/'false'), got {value!r}")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise ConfigError(
+        f"{key}: expected a boolean (True/False, 'true'/'false', 't'/'f' or 1/0), got {value!r}"
+    )
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 def _int_parser(minimum: int, maximum: int | None = None) -> Callable[[str, object], int]:
@@ -42,7 +63,7 @@ def _int_parser(minimum: int, maximum: int | None = None) -> Callable[[str, obje
             raise ConfigError(f"{key}: expected an integer, got boolean {value!r}")
         if isinstance(value, int):
             number = value
-        elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        elif isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
             number = int(value.strip())
         else:
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
@@ -56,7 +77,9 @@ def _int_parser(minimum: int, maximum: int | None = None) -> Callable[[str, obje
 
 def _store_url(key: str, value: object) -> str:
     if not isinstance(value, str) or "://" not in value:
-        raise ConfigError(f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {value!r}")
+        raise ConfigError(
+            f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {value!r}"
+        )
     return value
 
 
@@ -79,10 +102,14 @@ KEYS: dict[str, _Key] = {
         None, _store_url, "SQLAlchemy URL of the range-token store (the child's commit log)."
     ),
     "fastrecover.store.create": _Key(
-        True, parse_bool, "Create the schema in an empty store on first use (a store that is behind is refused)."
+        True,
+        parse_bool,
+        "Create the schema in an empty store on first use (a store that is behind is refused).",
     ),
     "fastrecover.backfill.min.offsets": _Key(
-        100, _int_parser(1), "Smallest lag E - C split off to the child; smaller lags are read by the primary."
+        100,
+        _int_parser(1),
+        "Smallest lag E - C split off to the child; smaller lags are read by the primary.",
     ),
     "fastrecover.backfill.queue.max.messages": _Key(
         10_000, _int_parser(1), "Records the child may hold for poll(); when full it pauses its partitions."
@@ -147,12 +174,16 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
             spec = KEYS.get(key)
             if spec is None:
                 known = ", ".join(sorted(KEYS))
-                raise ConfigError(f"unknown fastrecover key {key!r}; known keys: {known}, fastrecover.child.*")
+                raise ConfigError(
+                    f"unknown fastrecover key {key!r}; known keys: {known}, fastrecover.child.*"
+                )
             values[key] = spec.parse(key, value)
         else:
             passthrough[key] = value
     if enabled and not passthrough.get("group.id"):
-        raise ConfigError("enable.parallel.rebalance needs group.id: range tokens are kept per consumer group")
+        raise ConfigError(
+            "enable.parallel.rebalance needs group.id: range tokens are kept per consumer group"
+        )
     get = lambda key: values.get(key, KEYS[key].default)  # noqa: E731
     settings = Settings(
         enabled=enabled,
