@@ -16,9 +16,9 @@ from fastrecover.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Consumer",
     "CodecError",
     "ConfigError",
+    "Consumer",
     "CorruptTokenError",
     "FastRecoverError",
     "FencedError",

@@ -184,7 +184,9 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         raise ConfigError(
             "enable.parallel.rebalance needs group.id: range tokens are kept per consumer group"
         )
-    get = lambda key: values.get(key, KEYS[key].default)  # noqa: E731
+    def get(key: str) -> Any:
+        return values.get(key, KEYS[key].default)
+
     settings = Settings(
         enabled=enabled,
         store_url=get("fastrecover.store.url") or _default_store_url(),

@@ -87,8 +87,9 @@ class RecoveryReport:
 
 
 def _key(tp: TopicPartition | Message) -> TopicPartitionKey:
-    return TopicPartitionKey(tp.topic() if isinstance(tp, Message) else tp.topic,
-                             tp.partition() if isinstance(tp, Message) else tp.partition)
+    if isinstance(tp, Message):
+        return TopicPartitionKey(tp.topic() or "", tp.partition() or 0)
+    return TopicPartitionKey(tp.topic, tp.partition)
 
 
 def _timeout(timeout: float | None) -> float:
@@ -589,12 +590,14 @@ class Consumer:
         result: list[TopicPartition] | None = None
         if tps is None:
             try:
-                result = self._primary.commit(asynchronous=asynchronous)
+                result = (self._primary.commit(asynchronous=True) if asynchronous
+                          else self._primary.commit(asynchronous=False))
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError._NO_OFFSET or not committed_ranges:
                     raise
         elif tps:
-            result = self._primary.commit(offsets=tps, asynchronous=asynchronous)
+            result = (self._primary.commit(offsets=tps, asynchronous=True) if asynchronous
+                      else self._primary.commit(offsets=tps, asynchronous=False))
         if asynchronous:
             return None
         return list(result or []) + committed_ranges
@@ -636,7 +639,7 @@ class Consumer:
                 raise
             return []
         for token_id in result.fenced:
-            held = self._book.remove(token_id)
+            self._book.remove(token_id)
             if self._child is not None:
                 self._child.drop_range(token_id)
             log.warning("range #%d was taken over by another owner (fenced); dropping it here", token_id)

@@ -116,24 +116,37 @@ def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_
     base = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--ledger", str(ledger),
             "--commit", "sync", "--commit-every", "200", "--work-us", str(work_us)]
     base += ["--parallel", "--store-url", store_url, "--min-offsets", "100"] if parallel else ["--plain"]
-    say = lambda text: print(f"  [{'parallel' if parallel else 'plain   '}] {text}", file=out, flush=True)  # noqa: E731
+
+    def say(text: str) -> None:
+        print(f"  [{'parallel' if parallel else 'plain   '}] {text}", file=out, flush=True)
+
     try:
         with _SteadyProducer(bootstrap, topic, rate) as producer, open(workdir / f"{topic}.log", "w") as wlog:
             first = _Worker(base, wlog)
-            wait_for(lambda: (first.latest("progress") or {}).get("finished", 0) >= rate * 2, 60, 0.1,
-                     "the first consumer to make progress")
+
+            def warmed_up() -> bool:
+                return int((first.latest("progress") or {}).get("finished", 0)) >= rate * 2
+
+            wait_for(warmed_up, 60, 0.1, "the first consumer to make progress")
             first.kill()
             killed_at = producer.sent
             say(f"consumer killed with SIGKILL after {killed_at} records were produced; producing on")
             deadline = Deadline(lag_seconds)
-            wait_for(lambda: deadline.expired() and group_is_empty(bootstrap, group), lag_seconds + 60, 0.1,
-                     "the lag to build and the dead member to leave the group")
+
+            def lag_built() -> bool:
+                return deadline.expired() and group_is_empty(bootstrap, group)
+
+            wait_for(lag_built, lag_seconds + 60, 0.1, "the lag to build and the dead member to leave the group")
             restart_wall = time.time()
             lag_estimate = producer.sent - killed_at
             say(f"restarting the consumer; about {lag_estimate} records arrived while it was down")
-            second = _Worker(base + ["--first-fresh-after", f"{restart_wall:.3f}"], wlog)
+            second = _Worker([*base, "--first-fresh-after", f"{restart_wall:.3f}"], wlog)
+
+            def fresh_seen() -> dict[str, Any]:
+                return second.event("fresh") or {}
+
             try:
-                fresh = wait_for(lambda: second.event("fresh"), 600, 0.05, "the first fresh record")
+                fresh = wait_for(fresh_seen, 600, 0.05, "the first fresh record")
                 ttf = float(fresh["t"]) - restart_wall
                 say(f"first record produced after the restart delivered after {ttf:.2f} s")
             finally:
