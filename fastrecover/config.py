@@ -246,6 +246,8 @@ def child_config(primary: Mapping[str, Any], settings: Settings) -> dict[str, An
             "auto.offset.reset": "error",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 50,
+            # the outbox is the back-pressure point; keep librdkafka's prefetch small behind it
+            "queued.max.messages.kbytes": 16384,
         }
     )
     if "isolation.level" in primary:
