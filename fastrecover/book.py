@@ -72,6 +72,9 @@ class RangeBook:
         return held
 
     def _insert(self, held: Held) -> None:
+        # Adding a token id the book already holds replaces it: a second entry in
+        # _by_key would outlive remove() and make held()/spans() raise KeyError.
+        self.remove(held.token.id)
         self._by_id[held.token.id] = held
         self._by_key.setdefault(held.token.key, []).append(held.token.id)
         self._mirror.pop(held.token.key, None)
@@ -89,7 +92,9 @@ class RangeBook:
 
     def spans(self, key: TopicPartitionKey) -> list[tuple[int, OffsetRange]]:
         """Open, claimed ranges of a partition, for commit routing."""
-        return [(i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked]
+        return [
+            (i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked
+        ]
 
     def remove(self, token_id: int) -> Held | None:
         held = self._by_id.pop(token_id, None)
@@ -138,7 +143,7 @@ class RangeBook:
 
     def promote_stored(self, keys: Iterable[TopicPartitionKey] | None = None) -> None:
         """An offset-less commit takes everything stored so far."""
-        pool = self._by_id.values() if keys is None else [h for k in keys for h in self.held(k)]
+        pool = self._pool(keys)
         for held in pool:
             held.pending = held.stored
 
@@ -146,14 +151,21 @@ class RangeBook:
         held = self._by_id.get(token_id)
         if held is None:
             return 0
-        held.pending, lost = held.pending.skip_to(low)
-        held.stored, _ = held.stored.skip_to(low)
+        # Count from the stored view: a record the application already processed
+        # (stored, not yet committed) was backfilled, not lost.
+        held.stored, lost = held.stored.skip_to(low)
+        held.pending, _ = held.pending.skip_to(low)
         held.skipped += lost
         return lost
 
     def dirty(self, keys: Iterable[TopicPartitionKey] | None = None) -> list[Held]:
-        pool = self._by_id.values() if keys is None else [h for k in keys for h in self.held(k)]
-        return [h for h in pool if h.dirty and not h.parked]
+        return [h for h in self._pool(keys) if h.dirty and not h.parked]
+
+    def _pool(self, keys: Iterable[TopicPartitionKey] | None) -> list[Held]:
+        """Held ranges of ``keys`` (all when None), each once even if a key is named twice."""
+        if keys is None:
+            return list(self._by_id.values())
+        return [h for k in dict.fromkeys(keys) for h in self.held(k)]
 
     def settle(self, token: Token) -> None:
         """The store accepted ``token``: it is the new durable state; drop it once done."""
@@ -163,6 +175,8 @@ class RangeBook:
         held.token = token
         held.pending = token.progress
         held.stored = held.stored.commit_upto(token.progress.committed).mark_done(token.progress.completed)
+        # never fewer skipped than the store counts, or the range would stay dirty forever
+        held.skipped = max(held.skipped, token.skipped)
         self._mirror.pop(token.key, None)
         if token.progress.done:
             self.remove(token.id)
@@ -172,7 +186,11 @@ class RangeBook:
         held = self._by_id.get(token.id)
         if held is not None:
             held.token = replace(token, progress=token.progress)
-            held.pending = held.pending if held.pending.committed >= token.progress.committed else token.progress
+            # the store's progress plus whatever this member finished since (never less than either)
+            held.pending = token.progress.commit_upto(held.pending.committed).mark_done(held.pending.completed)
+            held.stored = held.stored.commit_upto(token.progress.committed).mark_done(token.progress.completed)
+            held.skipped = max(held.skipped, token.skipped)
+            self._mirror.pop(token.key, None)  # the durable progress the mirror shows changed
 
     def open_durable(self, key: TopicPartitionKey) -> list[RangeProgress]:
         return [h.durable for h in self.held(key)]
