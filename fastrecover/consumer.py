@@ -323,7 +323,7 @@ class Consumer:
         if store is not None:
             try:
                 if mirrored:
-                    tokens = [t for t in store.ranges(self._group) if t.key == key]
+                    tokens = [t for t in store.ranges(self._group, skip_corrupt=True) if t.key == key]
                 else:
                     tokens = store.open_ranges(self._group, key.topic, key.partition, skip_corrupt=True)
             except StoreError as exc:
