@@ -70,6 +70,7 @@ _ALL_METHODS = (
     "resume",
 )
 _TICK_S = 0.1
+_BROKER_TIMEOUT_S = 30.0
 _WAIT_SLICE_S = 0.02
 
 
@@ -277,9 +278,16 @@ class Consumer:
         todo = [tp for tp in adjusted if tp.offset in (OFFSET_INVALID, OFFSET_STORED)]
         if not todo:
             return adjusted
-        committed = {
-            _key(tp): tp for tp in self._primary.committed([TopicPartition(t.topic, t.partition) for t in todo])
-        }
+        try:
+            committed = {
+                _key(tp): tp
+                for tp in self._primary.committed([TopicPartition(t.topic, t.partition) for t in todo],
+                                                  timeout=_BROKER_TIMEOUT_S)
+            }
+        except KafkaException as exc:
+            log.warning("no recovery for %s: committed offsets unavailable (%s); starting as a plain consumer",
+                        ", ".join(str(_key(tp)) for tp in todo), exc)
+            return adjusted
         store = self._open_store()
         started: list[Held] = []
         self._to_mirror = []
@@ -287,7 +295,16 @@ class Consumer:
             key = _key(tp)
             ctp = committed.get(key)
             c = ctp.offset if ctp is not None and ctp.offset >= 0 else None
-            _low, high = self._primary.get_watermark_offsets(TopicPartition(tp.topic, tp.partition))
+            try:
+                watermarks = self._primary.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                                 timeout=_BROKER_TIMEOUT_S)
+            except KafkaException as exc:
+                watermarks = None
+                log.debug("watermarks of %s: %s", key, exc)
+            if watermarks is None:
+                log.warning("no recovery for %s: its log end is unavailable; starting at the committed offset", key)
+                continue
+            high = watermarks[1]
             mirrored = self._decode_mirror(key, ctp.metadata if ctp is not None else None)
             start, held, report = self._recover_partition(store, key, c, high, mirrored)
             if start is not None:
