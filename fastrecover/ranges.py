@@ -10,7 +10,7 @@ the consumer, the child thread and the store only carry these values around.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -185,7 +185,7 @@ def merged_committed(primary: int | None, open_ranges: Iterable[RangeProgress]) 
 
 
 def split_commit(
-    offsets: Sequence[tuple[K, int]], ranges: dict[K, Sequence[tuple[int, OffsetRange]]]
+    offsets: Sequence[tuple[K, int]], ranges: Mapping[K, Sequence[tuple[int, OffsetRange]]]
 ) -> tuple[list[tuple[K, int]], dict[int, int]]:
     """Route commit offsets to the two commit logs.
 
