@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import fastrecover.book as book_module
 from fastrecover.book import RangeBook
-from fastrecover.codec import decode_mirror
+from fastrecover.codec import decode_mirror, encode_mirror
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
 
@@ -276,7 +276,7 @@ class TestSettle:
 class TestMirrorAndWorks:
     def test_mirror_is_built_from_durable_progress_and_cached(self, monkeypatch: pytest.MonkeyPatch) -> None:
         calls: list[int] = []
-        real = book_module.encode_mirror
+        real = encode_mirror
 
         def counting(ranges: list[RangeProgress]) -> str:
             calls.append(len(ranges))
@@ -404,7 +404,7 @@ class BookMachine(RuleBasedStateMachine):
         redelivered = {o for r in decoded for o in unfinished(r)}
         for held in self.book.held(P0):
             assert unfinished(held.durable) <= redelivered
-        fresh = book_module.encode_mirror(self.book.open_durable(P0))
+        fresh = encode_mirror(self.book.open_durable(P0))
         assert decode_mirror(fresh) == decoded  # the cache is never stale
 
     @invariant()

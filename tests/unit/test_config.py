@@ -193,7 +193,7 @@ class TestValidation:
         low, high = INT_KEYS[key]
         for ok in (low, str(low), high) if high is not None else (low, str(low), 10**9):
             split_config(enabled(**{key: ok}))
-        bad = [low - 1, str(low - 1), -(10**12)]
+        bad: list[int | str] = [low - 1, str(low - 1), -(10**12)]
         if high is not None:
             bad += [high + 1, str(high + 1)]
         for value in bad:

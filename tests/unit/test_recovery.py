@@ -263,17 +263,17 @@ def test_plan_properties(scenario: dict[str, object]) -> None:
     # restored ranges: only for parts the store has never heard of, never claiming more than the mirror
     known = offsets([t.span for t in store_tokens])
     restored_unfinished: set[int] = set()
-    for r in plan.restored:
-        assert not r.done
-        assert not offsets([r.span]) & known
-        assert any(m.start <= r.start and r.end <= m.end for m in mirrored)
-        restored_unfinished |= unfinished(r)
+    for rp in plan.restored:
+        assert not rp.done
+        assert not offsets([rp.span]) & known
+        assert any(m.start <= rp.start and rp.end <= m.end for m in mirrored)
+        restored_unfinished |= unfinished(rp)
     for m in mirrored:
         # every offset the mirror says is unfinished is either the store's business or restored as unfinished
         assert unfinished(m) - known <= restored_unfinished
-    for r in plan.restored:
+    for rp in plan.restored:
         # each restored range is a piece of one mirror entry, finished only where that entry says so
         assert any(
-            m.start <= r.start and r.end <= m.end and unfinished(r) == unfinished(m) & offsets([r.span])
+            m.start <= rp.start and rp.end <= m.end and unfinished(rp) == unfinished(m) & offsets([rp.span])
             for m in mirrored
         )
