@@ -31,7 +31,7 @@ from fastrecover.child import BackfillChild, GapEvent, SkipEvent
 from fastrecover.codec import decode_mirror
 from fastrecover.config import child_config, is_cooperative, parse_bool, split_config
 from fastrecover.errors import CodecError, FencedError, StateError, StoreError, StoreUnavailableError
-from fastrecover.ranges import OffsetRange, RangeProgress, route_record, split_commit
+from fastrecover.ranges import OffsetRange, RangeProgress, merged_committed, route_record, split_commit
 from fastrecover.recovery import PartitionPlan, plan_partition
 from fastrecover.store import ProgressUpdate, RangeStore, open_store
 from fastrecover.tokens import Token, TopicPartitionKey
@@ -710,13 +710,14 @@ class Consumer:
         foreign: dict[TopicPartitionKey, list[RangeProgress]] | None = None
         for tp in result:
             key = _key(tp)
-            lows = [h.durable.committed for h in self._book.held(key)]
-            if not lows and key not in self._assigned:
+            ranges = [h.durable for h in self._book.held(key)]
+            if not ranges and key not in self._assigned:
                 if foreign is None:
                     foreign = self._foreign_ranges()
-                lows = [p.committed for p in foreign.get(key, [])]
-            if lows:
-                tp.offset = min(lows)
+                ranges = foreign.get(key, [])
+            merged = merged_committed(tp.offset if tp.offset >= 0 else None, ranges)
+            if merged is not None:
+                tp.offset = merged
         return list(result)
 
     def _foreign_ranges(self) -> dict[TopicPartitionKey, list[RangeProgress]]:

@@ -174,14 +174,21 @@ def route_record(offset: int, ranges: Sequence[tuple[K, OffsetRange]]) -> K | No
 def merged_committed(primary: int | None, open_ranges: Iterable[RangeProgress]) -> int | None:
     """The KIP's committed(): the lowest committed offset of the open ranges, if any.
 
-    Everything below the returned offset is checkpointed in one log or the other,
-    so a primary commit below every open range's committed offset (the primary
-    has not yet checkpointed what lies between) is returned instead.
+    Everything below the returned offset is checkpointed in one log or the other.
+    A primary commit that lies inside a range's span (typically its start: the
+    offset the primary had committed when the range was split off) says nothing
+    beyond the range, so the range's own committed offset answers.  A primary
+    commit outside every open range's span (below the lowest range, or in a gap
+    between ranges) marks where the primary's own checkpoint stops, so it counts.
+    No primary commit at all means nothing below the ranges is checkpointed: None.
     """
-    lows = [r.committed for r in open_ranges if not r.done]
-    if lows:
-        return min(lows) if primary is None else min(*lows, primary)
-    return primary
+    ranges = [r for r in open_ranges if not r.done]
+    if not ranges or primary is None:
+        return primary
+    lows = [r.committed for r in ranges]
+    if not any(r.start <= primary <= r.end for r in ranges):
+        lows.append(primary)
+    return min(lows)
 
 
 def split_commit(

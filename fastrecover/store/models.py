@@ -132,7 +132,7 @@ def token_from_row(row: Mapping[Any, Any]) -> Token:
     if not isinstance(text_value, str):
         raise _corrupt(row_id, "completed", text_value, "must be text")
     try:
-        completed = decode_completed(committed, text_value)
+        completed = decode_completed(committed, text_value, end=end)
         progress = RangeProgress(start, end, committed, completed)
     except CodecError as exc:
         raise _corrupt(row_id, "completed", _clip(text_value), str(exc)) from exc

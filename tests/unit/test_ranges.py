@@ -502,7 +502,16 @@ class TestMergedCommitted:
         assert merged_committed(60, [RangeProgress(70, 120, 80)]) == 60
 
     def test_no_primary_commit_with_open_range(self) -> None:
-        assert merged_committed(None, [RangeProgress(70, 120, 80)]) == 80
+        # without a primary commit nothing below the range is checkpointed
+        assert merged_committed(None, [RangeProgress(70, 120, 80)]) is None
+
+    def test_primary_at_the_range_start_defers_to_the_range(self) -> None:
+        # the KIP: commits at 70, range [70, 120) committed up to 76 -> committed() is 76
+        assert merged_committed(70, [RangeProgress(70, 120, 76)]) == 76
+
+    def test_primary_in_a_gap_between_ranges_counts(self) -> None:
+        ranges = [RangeProgress(70, 120, 120), RangeProgress(140, 190, 150)]
+        assert merged_committed(130, ranges) == 130
 
     @given(st.one_of(st.none(), st.integers(0, 500)), st.lists(progresses(), max_size=5))
     def test_everything_below_is_checkpointed(
@@ -510,11 +519,14 @@ class TestMergedCommitted:
     ) -> None:
         ranges = list(ranges)
         result = merged_committed(primary, ranges)
-        open_lows = [r.committed for r in ranges if not r.done]
-        if primary is None and not open_lows:
+        open_ranges = [r for r in ranges if not r.done]
+        if primary is None:
             assert result is None
             return
         assert result is not None
-        assert all(result <= low for low in open_lows)
-        if primary is not None:
-            assert result <= primary
+        unfinished = {o for r in open_ranges for o in range(r.start, r.end) if not r.is_finished(o)}
+        in_ranges = {o for r in open_ranges for o in range(r.start, r.end)}
+        for o in range(result):
+            by_range = o in in_ranges and o not in unfinished
+            by_primary = primary is not None and o < primary and o not in unfinished
+            assert by_range or by_primary, f"offset {o} below {result} is not checkpointed"
