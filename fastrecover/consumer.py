@@ -51,6 +51,7 @@ _DELEGATED = (
     "memberid",
     "consumer_group_metadata",
     "set_sasl_credentials",
+    "cluster_id",
 )
 #: With the mode off, every public method is the primary's own bound method.
 _ALL_METHODS = (
@@ -113,7 +114,8 @@ class Consumer:
         if not self._enabled:
             self._primary = _KafkaConsumer(conf)
             for name in _ALL_METHODS:
-                setattr(self, name, getattr(self._primary, name))
+                if hasattr(self._primary, name):
+                    setattr(self, name, getattr(self._primary, name))
             return
         self._group = str(conf["group.id"])
         self._auto_commit = parse_bool("enable.auto.commit", conf.get("enable.auto.commit", True))
@@ -127,7 +129,8 @@ class Consumer:
             primary_conf["enable.auto.offset.store"] = False
         self._primary = _KafkaConsumer(primary_conf)
         for name in _DELEGATED:
-            setattr(self, name, getattr(self._primary, name))
+            if hasattr(self._primary, name):
+                setattr(self, name, getattr(self._primary, name))
         self._child_conf = child_config(conf, settings)
         self._owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._book = RangeBook()
