@@ -169,6 +169,42 @@ class Consumer:
         """Held ranges with their durable token and the pending (uncommitted) progress."""
         return [(h.token, h.pending) for h in self._book.held()] if self._enabled else []
 
+    # ---- the primary's own methods (the KIP: the child takes no part) ---------------------------
+    # With the mode on or off these are replaced in __init__ by the primary's bound methods; the
+    # definitions here give type checkers and help() the same surface as confluent_kafka.Consumer.
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._primary.assignment()
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return self._primary.position(partitions)
+
+    def seek(self, partition: TopicPartition) -> None:
+        self._primary.seek(partition)
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None,
+                              cached: bool = False) -> tuple[int, int] | None:
+        if timeout is None:
+            return self._primary.get_watermark_offsets(partition, cached=cached)
+        return self._primary.get_watermark_offsets(partition, timeout, cached)
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        if timeout is None:
+            return self._primary.offsets_for_times(partitions)
+        return self._primary.offsets_for_times(partitions, timeout)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self._primary.list_topics(topic, timeout)
+
+    def memberid(self) -> str | None:
+        return self._primary.memberid()
+
+    def consumer_group_metadata(self) -> Any:
+        return self._primary.consumer_group_metadata()
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        self._primary.set_sasl_credentials(username, password)
+
     # ---- store handle --------------------------------------------------------------------------
 
     def _open_store(self, initial: bool = False) -> RangeStore | None:
