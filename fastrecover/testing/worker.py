@@ -1,26 +1,52 @@
 """A consumer *process* for crash tests, the demo and the chaos driver.
 
 It consumes a topic like a real application, appends every record it finishes
-to a ledger file (``topic partition offset source``), commits the way it is
-told, and reports milestones as JSON lines on stdout so a driver can wait on
-them and then SIGKILL it at exactly the moment a test needs.
+to a ledger file, commits the way it is told, and reports milestones as JSON
+lines on stdout so a driver can wait on them and then SIGKILL it at exactly the
+moment a test needs.
+
+Ledger lines are ``topic partition offset`` by default.  With ``--member NAME``
+(the chaos harness) they are
+``topic partition offset done_ms produced_ms member token epoch``: when the
+record was finished (wall clock, ms), its produce timestamp, which incarnation
+finished it, and the backfill range (token id and epoch, ``-`` for a record the
+primary read) it was routed to.  A line is written before the record is
+committed, so a SIGKILL can only cost a duplicate, never a ledger entry for a
+committed record.
+
+Fault injection (all off by default):
+
+* ``--fail-child-after N``: the child thread raises on its N-th batch (once);
+* ``--stall-at POINT [--stall-after K]``: at the K-th time the worker reaches
+  POINT it reports ``stalled`` and blocks there until it is killed.  Points:
+  ``batch`` (half-way through a batch, nothing of it committed), ``backfill``
+  (after finishing a backfilled record), ``token-write`` (inside the store
+  transaction that creates a range token), ``claim`` (inside the transaction
+  that claims one), ``store-commit`` (inside the transaction that commits range
+  progress, row locks held), ``between-commits`` (range progress committed to
+  the store, the Kafka commit not yet sent).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from fastrecover.consumer import Consumer
+from fastrecover.errors import FastRecoverError
+
+STALL_POINTS = ("batch", "backfill", "token-write", "claim", "store-commit", "between-commits")
 
 
 def _emit(event: str, **fields: Any) -> None:
@@ -62,7 +88,131 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="report the first record whose produce timestamp (ms) is at or after this epoch time",
     )
+    p.add_argument("--member", help="incarnation name: switches the ledger to the chaos format")
+    p.add_argument("--group-instance-id", help="static membership (group.instance.id)")
+    p.add_argument("--fail-child-after", type=int, help="the child thread raises on its N-th batch (once)")
+    p.add_argument("--stall-at", choices=STALL_POINTS, help="block at this point until killed")
+    p.add_argument("--stall-after", type=int, default=1, help="block the K-th time --stall-at is reached")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra consumer property (repeatable)")
     return p.parse_args(argv)
+
+
+def _stall(point: str) -> None:
+    _emit("stalled", point=point)
+    threading.Event().wait()  # the driver SIGKILLs us here
+
+
+class _Faults:
+    """Counts arrivals at the stall point and blocks at the chosen one."""
+
+    def __init__(self, point: str | None, after: int) -> None:
+        self.point = point
+        self.after = after
+        self.hits = 0
+
+    def at(self, point: str) -> None:
+        if point == self.point:
+            self.hits += 1
+            if self.hits == self.after:
+                _stall(point)
+
+    def install(self) -> None:
+        """Wrap store and consumer internals so the store-side stall points exist."""
+        from fastrecover.store.sql import RangeStore
+
+        point = self.point
+        if point == "token-write":
+            # after the INSERT, before the transaction commits
+            _wrap_after(RangeStore, "_insert_ignore", lambda: self.at("token-write"), static=True)
+        elif point in ("claim", "store-commit"):
+            # after the row locks are taken, before the UPDATE and the commit
+            method = "claim" if point == "claim" else "commit_progress"
+            inside = threading.local()
+            original_method = getattr(RangeStore, method)
+            original_locked = RangeStore._locked_rows
+
+            def marked(store: Any, *args: Any) -> Any:
+                inside.on = True
+                try:
+                    return original_method(store, *args)
+                finally:
+                    inside.on = False
+
+            def locked(conn: Any, ids: Any) -> Any:
+                rows = original_locked(conn, ids)
+                if getattr(inside, "on", False):
+                    self.at(point)
+                return rows
+
+            setattr(RangeStore, method, marked)
+            setattr(RangeStore, "_locked_rows", staticmethod(locked))  # noqa: B010
+        elif point == "between-commits":
+            original_ranges = Consumer._commit_ranges
+
+            def commit_ranges(consumer: Any, keys: Any, raise_errors: bool) -> Any:
+                result = original_ranges(consumer, keys, raise_errors)
+                if result:
+                    self.at("between-commits")
+                return result
+
+            setattr(Consumer, "_commit_ranges", commit_ranges)  # noqa: B010
+
+
+def _wrap_after(cls: Any, name: str, hook: Callable[[], None], *, static: bool = False) -> None:
+    original = getattr(cls, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        hook()
+        return result
+
+    setattr(cls, name, staticmethod(wrapped) if static else wrapped)
+
+
+def _inject_child_failure(after: int) -> None:
+    """Make the child thread raise on its ``after``-th batch, once per process."""
+    from fastrecover import child as child_module
+
+    original = child_module._Reader._handle
+    calls = {"n": 0}
+
+    def failing(reader: Any, messages: list[Message]) -> None:
+        calls["n"] += 1
+        if calls["n"] == after:
+            _emit("child-failure-injected", batch=after, records=len(messages))
+            raise RuntimeError(f"injected child failure on batch {after}")
+        original(reader, messages)
+
+    setattr(child_module._Reader, "_handle", failing)  # noqa: B010
+
+
+def _routes(consumer: Any) -> dict[tuple[str, int], list[tuple[int, int, int, int]]]:
+    """(topic, partition) -> [(start, end, token id, epoch)] of the ranges this member holds."""
+    out: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+    for token, _progress in consumer.backfill_progress():
+        out.setdefault((token.topic, token.partition), []).append(
+            (token.span.start, token.span.end, token.id, token.epoch))
+    return out
+
+
+def _report_recoveries(consumer: Any, seen: int) -> int:
+    reports = getattr(consumer, "recoveries", [])
+    for r in reports[seen:]:
+        _emit("recovery", topic=r.key.topic, partition=r.key.partition, committed=r.committed,
+              log_end=r.log_end, primary_start=r.primary_start,
+              new_ranges=[[s.start, s.end] for s in r.new_ranges], resumed=list(r.resumed), degraded=r.degraded)
+    return len(reports)
+
+
+def _commit(action: Callable[[], Any], what: str) -> bool:
+    """Commit like an application that keeps going: a failed commit is reported and retried later."""
+    try:
+        action()
+        return True
+    except (KafkaException, FastRecoverError) as exc:
+        _emit("commit-failed", what=what, error=f"{type(exc).__name__}: {exc}")
+        return False
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -76,6 +226,8 @@ def run(argv: list[str] | None = None) -> int:
         "enable.auto.commit": args.commit == "auto",
         "auto.commit.interval.ms": 500,
     }
+    if args.group_instance_id:
+        config["group.instance.id"] = args.group_instance_id
     if args.parallel:
         config.update(
             {
@@ -85,6 +237,13 @@ def run(argv: list[str] | None = None) -> int:
         )
         if args.store_url:
             config["fastrecover.store.url"] = args.store_url
+    for item in args.set:
+        key, _, value = item.partition("=")
+        config[key.strip()] = value.strip()
+    faults = _Faults(args.stall_at, args.stall_after)
+    faults.install()
+    if args.fail_child_after:
+        _inject_child_failure(args.fail_child_after)
     consumer: Any = PlainConsumer(config) if args.plain else Consumer(config)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -92,29 +251,43 @@ def run(argv: list[str] | None = None) -> int:
     def on_assign(c: Any, partitions: list[Any]) -> None:
         _emit("assigned", partitions=[[tp.topic, tp.partition, tp.offset] for tp in partitions])
 
-    consumer.subscribe(args.topic, on_assign=on_assign)
-    _emit("started", pid=os.getpid(), parallel=args.parallel)
+    def on_revoke(c: Any, partitions: list[Any]) -> None:
+        _emit("revoked", partitions=[[tp.topic, tp.partition] for tp in partitions])
+
+    consumer.subscribe(args.topic, on_assign=on_assign, on_revoke=on_revoke)
+    _emit("started", pid=os.getpid(), parallel=args.parallel, member=args.member)
     finished = 0
     fresh_seen = False
     commit_at = set(args.commit_at)
+    reported = 0
+    chaos = args.member is not None
     with open(args.ledger, "a", buffering=1) as ledger:
         while not stop.is_set():
             batch = consumer.consume(args.batch, 0.2)
+            if args.parallel:
+                reported = _report_recoveries(consumer, reported)
+            routes = _routes(consumer) if chaos and args.parallel and batch else {}
             done: list[Message] = []
-            for msg in batch:
+            half = len(batch) // 2
+            for index, msg in enumerate(batch):
                 if msg.error() is not None:
+                    _emit("consume-error", error=str(msg.error()))
                     continue
-                _process(msg, args.work_us, ledger)
+                if index == half and half:
+                    faults.at("batch")
+                route = _process(msg, args.work_us, ledger, args.member, routes)
                 done.append(msg)
                 finished += 1
                 offset = msg.offset() or 0
+                if route is not None:
+                    faults.at("backfill")
                 if args.first_fresh_after is not None and not fresh_seen:
                     _ts_type, ts = msg.timestamp()
                     if ts >= args.first_fresh_after * 1000:
                         fresh_seen = True
                         _emit("fresh", offset=offset, partition=msg.partition(), produced_ms=ts)
                 if args.commit == "message":
-                    consumer.commit(message=msg, asynchronous=False)
+                    _commit(functools.partial(consumer.commit, message=msg, asynchronous=False), "message")
                 if offset + 1 in commit_at:
                     consumer.commit(
                         offsets=[TopicPartition(msg.topic(), msg.partition(), offset + 1)], asynchronous=False
@@ -126,20 +299,37 @@ def run(argv: list[str] | None = None) -> int:
                     stop.wait()  # the driver SIGKILLs us here: the crash at offset block_at
                     return 0
             if done and args.commit in ("sync", "async") and finished % args.commit_every < len(done):
-                consumer.commit(asynchronous=args.commit == "async")
+                _commit(lambda: consumer.commit(asynchronous=args.commit == "async"), args.commit)
             if done:
                 _emit("progress", finished=finished) if finished % 1000 < len(done) else None
+    if args.commit in ("sync", "async") and finished:
+        _commit(lambda: consumer.commit(asynchronous=False), "final")
     consumer.close()
     _emit("closed", finished=finished)
     return 0
 
 
-def _process(msg: Message, work_us: int, ledger: TextIO) -> None:
+def _process(msg: Message, work_us: int, ledger: TextIO, member: str | None,
+             routes: dict[tuple[str, int], list[tuple[int, int, int, int]]]) -> int | None:
+    """Do the record's "work" and append it to the ledger; returns its range's token id (None: primary)."""
     if work_us:
         end = time.perf_counter() + work_us / 1e6
         while time.perf_counter() < end:
             pass
-    ledger.write(f"{msg.topic()} {msg.partition()} {msg.offset()}\n")
+    if member is None:
+        ledger.write(f"{msg.topic()} {msg.partition()} {msg.offset()}\n")
+        return None
+    offset = msg.offset() or 0
+    token, epoch = "-", "-"
+    found: int | None = None
+    for start, end_, token_id, token_epoch in routes.get((msg.topic() or "", msg.partition() or 0), ()):
+        if start <= offset < end_:
+            token, epoch, found = str(token_id), str(token_epoch), token_id
+            break
+    _ts_type, produced_ms = msg.timestamp()
+    ledger.write(f"{msg.topic()} {msg.partition()} {offset} {int(time.time() * 1000)} {produced_ms} "
+                 f"{member} {token} {epoch}\n")
+    return found
 
 
 if __name__ == "__main__":
