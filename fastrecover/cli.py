@@ -170,6 +170,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- chaos ---------------------------------------------------------------------
+
+
+def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from fastrecover.chaos import command
+
+    chaos = subparsers.add_parser(
+        "chaos", help="fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost")
+    command.add_arguments(chaos)
+    chaos.set_defaults(func=_cmd_chaos)
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from fastrecover.chaos import command
+
+    return command.run(args)
+
+
 # -- entry point --------------------------------------------------------------
 
 
@@ -186,6 +204,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_db_parser(subparsers)
     _add_status_parser(subparsers)
     _add_demo_parser(subparsers)
+    _add_chaos_parser(subparsers)
     return parser
 
 

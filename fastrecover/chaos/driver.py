@@ -1,0 +1,513 @@
+"""The chaos driver: consumer processes in parallel-rebalance mode, killed and restarted at random.
+
+Each *member* of the group is a :mod:`fastrecover.testing.worker` process; each
+time a member is (re)started it is a new *incarnation* (``m2#7``) with its own
+ledger file, event log and stderr log in the work directory.  While the
+:class:`~fastrecover.chaos.producer.SequencedProducer` writes at a steady rate,
+every live incarnation is SIGKILLed once its random uptime is over, or, for the
+share of incarnations started with a stall point (``--stall-at``: mid-batch, in
+the token-writing transaction, mid range-commit, between the store and the
+Kafka commit, ...), as soon as it reports that it is blocked there; it comes
+back after a random downtime with a randomly chosen commit style (per message,
+sync, async, auto-commit).  With several members, rebalances move partitions and
+their ranges between them; with static membership a quick restart gets its
+partitions back without a rebalance, a slow one loses them.
+
+After ``cycles`` kills the driver *drains*: it stops the producer, restarts every
+member without faults, waits until every acknowledged record is in the ledger,
+stops the members gracefully (their final commit), and repeats until the store
+has no open range.  Then :func:`fastrecover.chaos.checker.analyze` gives the
+verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import TopicPartition
+
+import fastrecover
+from fastrecover.chaos.checker import (
+    Incarnation,
+    Verdict,
+    analyze,
+    parse_ledger_line,
+    parse_produced_line,
+    read_ledgers,
+    read_produced,
+)
+from fastrecover.chaos.producer import SequencedProducer, read_topic
+from fastrecover.errors import StoreError
+from fastrecover.store import open_store
+from fastrecover.testing.broker import create_topic
+from fastrecover.testing.waiting import Deadline
+from fastrecover.testing.worker import STALL_POINTS
+from fastrecover.tokens import Token
+
+log = logging.getLogger("fastrecover.chaos")
+
+COMMIT_MODES = ("message", "sync", "async", "auto")
+_TICK_S = 0.02
+#: How many arrivals at a stall point before blocking there, per point: (low, high).
+_STALL_AFTER = {
+    "batch": (1, 30),
+    "backfill": (1, 300),
+    "token-write": (1, 3),
+    "claim": (1, 3),
+    "store-commit": (1, 20),
+    "between-commits": (1, 20),
+}
+
+
+@dataclass
+class ChaosConfig:
+    """What to run; the defaults are the bounded CI campaign's."""
+
+    bootstrap: str
+    store_url: str
+    workdir: Path
+    cycles: int = 20
+    members: int = 1
+    topics: int = 3
+    partitions: int = 6
+    rate: float = 300.0
+    commit_modes: Sequence[str] = COMMIT_MODES
+    commit_every: int = 50
+    batch: int = 100
+    min_offsets: int = 20
+    session_ms: int = 3000
+    static: bool = True
+    up_s: tuple[float, float] = (1.0, 4.0)
+    down_s: tuple[float, float] = (0.0, 3.0)
+    stall_share: float = 0.3
+    stall_points: Sequence[str] = STALL_POINTS
+    fail_child_share: float = 0.1
+    work_us: int = 0
+    seed: int | None = None
+    drain_timeout_s: float = 240.0
+    group: str | None = None
+    topic_names: Sequence[str] | None = None
+    worker_args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if self.cycles < 0 or self.members < 1 or self.topics < 1 or self.partitions < 1:
+            raise ValueError("cycles >= 0, members >= 1, topics >= 1 and partitions >= 1 are required")
+        bad = [m for m in self.commit_modes if m not in COMMIT_MODES]
+        if bad or not self.commit_modes:
+            raise ValueError(f"commit modes must be among {COMMIT_MODES}, got {list(self.commit_modes)}")
+        bad = [p for p in self.stall_points if p not in STALL_POINTS]
+        if bad:
+            raise ValueError(f"stall points must be among {STALL_POINTS}, got {bad}")
+        if not (0 <= self.stall_share <= 1 and 0 <= self.fail_child_share <= 1):
+            raise ValueError("stall_share and fail_child_share are fractions in [0, 1]")
+
+
+@dataclass
+class ChaosResult:
+    """The verdict plus what the driver did to get it."""
+
+    verdict: Verdict
+    config: ChaosConfig
+    group: str
+    topics: list[str]
+    seconds: float
+    chaos_seconds: float
+    drain_seconds: float
+    drain_passes: int
+    incarnations: list[Incarnation]
+    stalls: Counter[str] = field(default_factory=Counter)
+    stalls_missed: int = 0
+    child_failures: int = 0
+    commit_failures: Counter[str] = field(default_factory=Counter)
+    commit_modes: Counter[str] = field(default_factory=Counter)
+    recoveries: int = 0
+    degraded_recoveries: int = 0
+    produced_failed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class WorkerProc:
+    """One incarnation: the worker subprocess and the events it printed (also saved to a file)."""
+
+    def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.member = name.split("#", 1)[0]
+        safe = name.replace("#", "-")
+        self.ledger = workdir / "ledger" / f"{safe}.ledger"
+        self._stderr: IO[bytes] = open(workdir / "logs" / f"{safe}.log", "ab")  # noqa: SIM115
+        self._events_file = open(workdir / "events" / f"{safe}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self.started_ms = int(time.time() * 1000)
+        self.proc = subprocess.Popen([sys.executable, "-m", "fastrecover.testing.worker", *argv,
+                                      "--ledger", str(self.ledger)],
+                                     stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True,
+                                     cwd=str(workdir))
+        self._lock = threading.Lock()
+        self.events: list[dict[str, Any]] = []
+        self.ended_ms: int | None = None
+        self.end = "running"
+        self._reader = threading.Thread(target=self._read, name=f"events-{name}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._events_file.write(line)
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            with self._lock:
+                self.events.append(event)
+        self._events_file.close()
+
+    def has(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return next((e for e in self.events if e.get("event") == name), None)
+
+    def count(self, name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self.events if e.get("event") == name]
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, how: str = "killed") -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self._finish(how)
+
+    def terminate(self, timeout: float = 60.0) -> bool:
+        """SIGTERM (final commit and close); SIGKILL after ``timeout``. True if it stopped on its own."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+            clean = True
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+            clean = False
+        self._finish("stopped" if clean else "killed")
+        return clean
+
+    def _finish(self, how: str) -> None:
+        if self.ended_ms is None:
+            self.ended_ms = int(time.time() * 1000)
+            code = self.proc.returncode
+            self.end = how if how != "stopped" or code == 0 else f"exited:{code}"
+        self._reader.join(10)
+        self._stderr.close()
+
+    def incarnation(self) -> Incarnation:
+        return Incarnation(self.name, self.started_ms, self.ended_ms, self.end)
+
+
+class _Tail:
+    """Incremental reader of growing line files (ledgers, the producer log)."""
+
+    def __init__(self) -> None:
+        self._pos: dict[Path, int] = {}
+
+    def new_lines(self, paths: Sequence[Path]) -> list[str]:
+        out: list[str] = []
+        for path in paths:
+            pos = self._pos.get(path, 0)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(pos)
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                continue
+            self._pos[path] = pos + cut + 1
+            out.extend(data[: cut + 1].decode("utf-8", "replace").splitlines())
+        return out
+
+
+@dataclass
+class _Member:
+    name: str
+    incarnations: int = 0
+    proc: WorkerProc | None = None
+    kill_at: float | None = None
+    uptime: float = 0.0
+    stall: str | None = None
+    stall_deadline: float | None = None
+    restart_at: float | None = None
+
+
+class ChaosDriver:
+    """Run one campaign (see the module docstring).
+
+    ``on_kill(driver, incarnation)`` runs right after each kill, before the
+    member's restart is scheduled: fault tests use it to take the store or the
+    broker away at that moment.
+    """
+
+    def __init__(self, config: ChaosConfig, *, on_kill: Callable[[ChaosDriver, WorkerProc], None] | None = None,
+                 faults: Callable[[ChaosDriver, str], list[str]] | None = None) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.on_kill = on_kill
+        self.faults_for = faults
+        self.workdir = config.workdir
+        for sub in ("ledger", "logs", "events"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        tag = uuid.uuid4().hex[:8]
+        self.group = config.group or f"chaos-{tag}"
+        self.topics = list(config.topic_names or [f"chaos-{tag}-{i}" for i in range(config.topics)])
+        self.members = [_Member(f"m{i + 1}") for i in range(config.members)]
+        self.procs: list[WorkerProc] = []
+        self.kills = 0
+        self.producer: SequencedProducer | None = None
+        self.produced_log = self.workdir / "produced.log"
+        self._env = dict(os.environ)
+        root = str(Path(fastrecover.__file__).resolve().parents[1])
+        self._env["PYTHONPATH"] = root + (os.pathsep + self._env["PYTHONPATH"] if self._env.get("PYTHONPATH")
+                                          else "")
+        self.notes: list[str] = []
+        self.stalls_missed = 0
+
+    # ---- members -------------------------------------------------------------------------------
+
+    def _argv(self, member: _Member, faults: bool) -> tuple[list[str], str | None, str]:
+        c = self.config
+        mode = self.rng.choice(list(c.commit_modes))
+        argv = ["--bootstrap", c.bootstrap, "--group", self.group, "--parallel", "--store-url", c.store_url,
+                "--min-offsets", str(c.min_offsets), "--commit", mode, "--commit-every", str(c.commit_every),
+                "--session-ms", str(c.session_ms), "--batch", str(c.batch), "--work-us", str(c.work_us)]
+        for t in self.topics:
+            argv += ["--topic", t]
+        if c.static:
+            argv += ["--group-instance-id", f"{self.group}-{member.name}"]
+        stall = None
+        if faults and c.stall_points and self.rng.random() < c.stall_share:
+            stall = self.rng.choice(list(c.stall_points))
+            low, high = _STALL_AFTER[stall]
+            argv += ["--stall-at", stall, "--stall-after", str(self.rng.randint(low, high))]
+        if faults and self.rng.random() < c.fail_child_share:
+            argv += ["--fail-child-after", str(self.rng.randint(1, 5))]
+        argv += list(c.worker_args)
+        return argv, stall, mode
+
+    def spawn(self, member: _Member, *, faults: bool = True) -> WorkerProc:
+        member.incarnations += 1
+        name = f"{member.name}#{member.incarnations}"
+        argv, stall, mode = self._argv(member, faults)
+        if faults and self.faults_for is not None:
+            argv += self.faults_for(self, name)
+        argv += ["--member", name]
+        proc = WorkerProc(name, argv, self.workdir, self._env)
+        proc.commit_mode = mode  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        member.proc = proc
+        member.restart_at = None
+        member.stall = stall
+        member.uptime = self.rng.uniform(*self.config.up_s)
+        member.kill_at = None  # set once the consumer is up: uptime counts from its "started"
+        member.stall_deadline = time.monotonic() + self.config.up_s[1] + 15 if stall else None
+        log.info("started %s (commit=%s%s)", name, mode, f", stall at {stall}" if stall else "")
+        return proc
+
+    def _kill(self, member: _Member, how: str) -> None:
+        proc = member.proc
+        assert proc is not None
+        proc.kill(how)
+        self.kills += 1
+        member.proc = None
+        log.info("cycle %d: %s %s", self.kills, how, proc.name)
+        if self.on_kill is not None:
+            self.on_kill(self, proc)
+        member.restart_at = time.monotonic() + self.rng.uniform(*self.config.down_s)
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        for m in self.members:
+            proc = m.proc
+            if proc is None:
+                if m.restart_at is not None and now >= m.restart_at and self.kills < self.config.cycles:
+                    self.spawn(m)
+                continue
+            if not proc.alive:
+                proc.kill(f"exited:{proc.proc.returncode}")
+                self.notes.append(f"{proc.name} exited by itself with code {proc.proc.returncode}")
+                m.proc = None
+                m.restart_at = now
+                continue
+            if m.stall is not None:
+                if proc.has("stalled"):
+                    self._kill(m, f"stalled:{m.stall}")
+                elif m.stall_deadline is not None and now >= m.stall_deadline:
+                    self.stalls_missed += 1
+                    self._kill(m, "killed")
+            elif m.kill_at is None:
+                if proc.has("started"):
+                    m.kill_at = now + m.uptime
+            elif now >= m.kill_at:
+                self._kill(m, "killed")
+            if self.kills >= self.config.cycles:
+                return
+
+    # ---- the run -------------------------------------------------------------------------------
+
+    def run(self) -> ChaosResult:
+        c = self.config
+        began = time.monotonic()
+        if c.topic_names is None:
+            for t in self.topics:
+                create_topic(c.bootstrap, t, c.partitions)
+        log.info("chaos: group %s, topics %s x %d partitions, %d members, %d cycles, store %s",
+                 self.group, self.topics, c.partitions, c.members, c.cycles, c.store_url)
+        self.producer = SequencedProducer(c.bootstrap, self.topics, c.partitions, c.rate, self.produced_log)
+        self.producer.start()
+        try:
+            for m in self.members:
+                self.spawn(m)
+            while self.kills < c.cycles:
+                self._step()
+                time.sleep(_TICK_S)
+            chaos_end = time.monotonic()
+            passes = self.drain()
+            drain_end = time.monotonic()
+        finally:
+            for p in self.procs:
+                if p.alive:
+                    p.kill("killed")
+            if self.producer is not None and self.producer._thread.is_alive():
+                self.producer.stop()
+        return self._result(began, chaos_end, drain_end, passes)
+
+    def stop_producer(self) -> None:
+        if self.producer is not None:
+            self.producer.stop()
+
+    def drain(self) -> int:
+        """Stop producing, then run every member without faults until everything is finished."""
+        self.stop_producer()
+        deadline = Deadline(self.config.drain_timeout_s)
+        passes = 0
+        while True:
+            passes += 1
+            for m in self.members:
+                if m.proc is not None and m.stall is not None:
+                    self._retire(m)  # a stalled incarnation makes no progress: replace it
+                if m.proc is None or not m.proc.alive:
+                    self.spawn(m, faults=False)
+            covered = self.wait_covered(deadline)
+            for m in self.members:
+                if m.proc is not None:
+                    m.proc.terminate()
+                    m.proc = None
+            open_ranges = self.open_ranges()
+            if covered and not open_ranges:
+                return passes
+            if deadline.expired() or passes >= 5:
+                self.notes.append(f"drain ended after {passes} passes with {len(open_ranges)} open ranges"
+                                  f"{'' if covered else ' and records not finished'}")
+                return passes
+            log.info("drain pass %d: %d ranges still open; running the members again", passes, len(open_ranges))
+
+    def _retire(self, m: _Member) -> None:
+        if m.proc is not None:
+            m.proc.kill("killed")
+            m.proc = None
+
+    def open_ranges(self) -> list[Token]:
+        try:
+            with open_store(self.config.store_url) as store:
+                return store.open_ranges(self.group, skip_corrupt=True)
+        except StoreError as exc:
+            self.notes.append(f"could not read the store: {exc}")
+            return []
+
+    def wait_covered(self, deadline: Deadline) -> bool:
+        """Wait until every acknowledged record (that retention left) is in the ledger."""
+        tail = _Tail()
+        acked: set[tuple[str, int, int]] = set()
+        done: set[tuple[str, int, int]] = set()
+        watermarks = PlainConsumer({"bootstrap.servers": self.config.bootstrap, "group.id": self.group + "-wm"})
+        try:
+            lows: dict[tuple[str, int], int] = {}
+            next_lows = 0.0
+            while True:
+                for line in tail.new_lines([self.produced_log]):
+                    p = parse_produced_line(line)
+                    if p is not None:
+                        acked.add((p.topic, p.partition, p.offset))
+                ledgers = sorted((self.workdir / "ledger").glob("*.ledger"))
+                for line in tail.new_lines(ledgers):
+                    e = parse_ledger_line(line)
+                    if e is not None:
+                        done.add((e.topic, e.partition, e.offset))
+                missing = acked - done
+                if missing and time.monotonic() >= next_lows:
+                    next_lows = time.monotonic() + 2.0
+                    for topic, part in {(k[0], k[1]) for k in missing}:
+                        lows[(topic, part)] = watermarks.get_watermark_offsets(
+                            TopicPartition(topic, part), timeout=10)[0]
+                missing = {k for k in missing if k[2] >= lows.get((k[0], k[1]), 0)}
+                if not missing:
+                    return True
+                if deadline.expired():
+                    log.error("drain: %d records still not finished, e.g. %s", len(missing), sorted(missing)[:5])
+                    return False
+                for m in self.members:
+                    if m.proc is not None and not m.proc.alive:
+                        self.notes.append(f"{m.proc.name} exited during the drain ({m.proc.proc.returncode})")
+                        m.proc.kill(f"exited:{m.proc.proc.returncode}")
+                        self.spawn(m, faults=False)
+                time.sleep(0.25)
+        finally:
+            watermarks.close()
+
+    # ---- the verdict ---------------------------------------------------------------------------
+
+    def _result(self, began: float, chaos_end: float, drain_end: float, passes: int) -> ChaosResult:
+        c = self.config
+        produced = read_produced(self.produced_log)
+        ledger, bad = read_ledgers(sorted((self.workdir / "ledger").glob("*.ledger")))
+        try:
+            with open_store(c.store_url) as store:
+                tokens = [t for t in store.ranges(self.group, skip_corrupt=True)]
+        except StoreError as exc:
+            tokens = []
+            self.notes.append(f"could not read the store for the verdict: {exc}")
+        lows, present = read_topic(c.bootstrap, self.topics, c.partitions)
+        incs = [p.incarnation() for p in self.procs]
+        verdict = analyze(produced, ledger, incarnations=incs, tokens=tokens, low_watermarks=lows,
+                          present=present, malformed_lines=bad)
+        result = ChaosResult(verdict, c, self.group, self.topics, time.monotonic() - began, chaos_end - began,
+                             drain_end - chaos_end, passes, incs, stalls_missed=self.stalls_missed,
+                             notes=list(self.notes))
+        for p in self.procs:
+            result.commit_modes[getattr(p, "commit_mode", "?")] += 1
+            for e in p.count("stalled"):
+                result.stalls[str(e.get("point"))] += 1
+            result.child_failures += len(p.count("child-failure-injected"))
+            for e in p.count("commit-failed"):
+                result.commit_failures[str(e.get("error", "")).split(":", 1)[0]] += 1
+            recs = p.count("recovery")
+            result.recoveries += sum(1 for r in recs if r.get("new_ranges") or r.get("resumed"))
+            result.degraded_recoveries += sum(1 for r in recs if r.get("degraded"))
+        if self.producer is not None:
+            result.produced_failed = self.producer.failed
+        return result
