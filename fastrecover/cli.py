@@ -188,6 +188,24 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     return command.run(args)
 
 
+# -- bench ---------------------------------------------------------------------
+
+
+def _add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from fastrecover.bench import command
+
+    bench = subparsers.add_parser(
+        "bench", help="benchmarks against the plain consumer: time to fresh data, drain, steady state, store, memory")
+    command.add_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from fastrecover.bench import command
+
+    return command.run(args)
+
+
 # -- entry point --------------------------------------------------------------
 
 
@@ -205,6 +223,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_status_parser(subparsers)
     _add_demo_parser(subparsers)
     _add_chaos_parser(subparsers)
+    _add_bench_parser(subparsers)
     return parser
 
 
