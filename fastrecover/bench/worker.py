@@ -1,0 +1,177 @@
+"""The consumer process of the restart benchmarks (``python -m fastrecover.bench.worker``).
+
+Unlike :mod:`fastrecover.testing.worker` it keeps no ledger (no file write per
+record): it only counts.  The driver tells it where the lag ends in each
+partition (``--lag-end``); a record below that offset is a lag record, one at
+or above it was produced after the restart (live).  Events, one JSON line each
+on stdout, with wall-clock ``t``:
+
+* ``started``: the consumer object exists (imports, store opened);
+* ``joined``: the group handed out partitions (fastrecover: before its recovery
+  runs; plain: same moment as ``assigned``);
+* ``assigned``: the application's on_assign ran (fastrecover: recovery done);
+* ``fresh``: the first live record was delivered;
+* ``lag_drained``: every lag record was delivered;
+* ``drained``: every lag record and every live record the driver announced
+  (``live N`` on stdin once it stopped producing) were delivered;
+* ``stats`` (on exit): peak/base RSS, an RSS time series, the child's largest queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer as PlainConsumer
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def rss_mib() -> float:
+    """Resident set size of this process now (Linux /proc; else the peak from getrusage)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * _PAGE / 2**20
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _Sampler(threading.Thread):
+    """Samples RSS (and the fastrecover child's queue length) every ``interval`` seconds."""
+
+    def __init__(self, interval: float, consumer: Any) -> None:
+        super().__init__(name="rss-sampler", daemon=True)
+        self.interval, self.consumer = interval, consumer
+        self.t0 = time.monotonic()
+        self.series: list[tuple[float, float]] = []
+        self.peak = 0.0
+        self.max_queue = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            rss = rss_mib()
+            self.peak = max(self.peak, rss)
+            self.series.append((round(time.monotonic() - self.t0, 2), round(rss, 1)))
+            # Diagnostic only: how full the child's bounded queue got (back-pressure at work).
+            child = getattr(self.consumer, "_child", None)
+            if child is not None:
+                self.max_queue = max(self.max_queue, int(child.pending()))
+            self.stop.wait(self.interval)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m fastrecover.bench.worker")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--mode", choices=["plain", "fastrecover"], required=True)
+    p.add_argument("--store-url")
+    p.add_argument("--lag-end", required=True, help="partition:offset,... where the lag ends")
+    p.add_argument("--work-us", type=int, default=0, help="busy work per record (µs)")
+    p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--rss-interval", type=float, default=0.1)
+    return p.parse_args(argv)
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    lag_end = {int(p): int(o) for p, o in (item.split(":") for item in args.lag_end.split(","))}
+    lag_total = sum(lag_end.values())
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+    }
+    consumer: Any
+    if args.mode == "fastrecover":
+        from fastrecover.consumer import Consumer
+
+        config.update({"enable.parallel.rebalance": True, "fastrecover.backfill.min.offsets": 1})
+        if args.store_url:
+            config["fastrecover.store.url"] = args.store_url
+        consumer = Consumer(config)
+        recover = getattr(consumer, "_recover", None)
+        if recover is not None:  # bench instrumentation: time the group join apart from the recovery
+            def timed_recover(partitions: list[Any]) -> Any:
+                _emit("joined", partitions=len(partitions))
+                return recover(partitions)
+
+            consumer._recover = timed_recover
+    else:
+        consumer = PlainConsumer(config)
+    base_rss = rss_mib()
+    _emit("started", pid=os.getpid(), mode=args.mode, rss_mib=round(base_rss, 1))
+    sampler = _Sampler(args.rss_interval, consumer)
+    sampler.start()
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    live_expected: list[int] = []
+
+    def read_stdin() -> None:
+        for line in sys.stdin:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "live":
+                live_expected.append(int(parts[1]))
+
+    threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
+
+    def on_assign(_c: Any, partitions: list[Any]) -> None:
+        if args.mode == "plain":
+            _emit("joined", partitions=len(partitions))
+        _emit("assigned", partitions=[[tp.partition, tp.offset] for tp in partitions])
+
+    consumer.subscribe([args.topic], on_assign=on_assign)
+    lag_seen = live_seen = 0
+    fresh = lag_done = drained = False
+    work_s = args.work_us / 1e6
+    while not stop.is_set():
+        batch = consumer.consume(args.batch, 0.1)
+        for msg in batch:
+            if msg.error() is not None:
+                continue
+            msg.value()
+            if work_s:
+                end = time.perf_counter() + work_s
+                while time.perf_counter() < end:
+                    pass
+            if msg.offset() < lag_end.get(msg.partition(), 0):
+                lag_seen += 1
+            else:
+                live_seen += 1
+                if not fresh:
+                    fresh = True
+                    _emit("fresh", partition=msg.partition(), offset=msg.offset(), produced_ms=msg.timestamp()[1])
+        if not lag_done and lag_seen >= lag_total:
+            lag_done = True
+            _emit("lag_drained", lag=lag_seen, live=live_seen)
+        if lag_done and not drained and live_expected and live_seen >= live_expected[-1]:
+            drained = True
+            _emit("drained", lag=lag_seen, live=live_seen)
+    sampler.stop.set()
+    sampler.join(2)
+    _emit("stats", base_rss_mib=round(base_rss, 1), peak_rss_mib=round(max(sampler.peak, rss_mib()), 1),
+          max_child_queue=sampler.max_queue, lag=lag_seen, live=live_seen,
+          series=sampler.series[:: max(1, len(sampler.series) // 400)])
+    consumer.close()
+    _emit("closed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())
