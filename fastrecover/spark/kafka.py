@@ -232,9 +232,7 @@ def _lost(piece: Piece, start: int, low: int, fail_on_data_loss: bool) -> None:
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
 
 
-def _read_piece(
-    consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout_s: float
-) -> Iterator[Message]:
+def _read_piece(consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout_s: float) -> Iterator[Message]:
     tp = TopicPartition(piece.topic, piece.partition)
     start = piece.start
     low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
@@ -275,9 +273,7 @@ def _read_piece(
                     )
                 if err.fatal():
                     raise KafkaException(err)
-                log.warning(
-                    "consumer error while reading %s[%d]: %s", piece.topic, piece.partition, err.str()
-                )
+                log.warning("consumer error while reading %s[%d]: %s", piece.topic, piece.partition, err.str())
                 continue
             offset = msg.offset()
             if offset is None or offset < position:

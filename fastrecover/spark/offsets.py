@@ -162,9 +162,7 @@ class SourceOffset:
                         int(raw["base"]), int(raw["live"]), pending
                     )
                 except (KeyError, TypeError, ValueError) as exc:
-                    raise OffsetFormatError(
-                        f"{topic}[{pkey}]: invalid partition offset {raw!r}: {exc}"
-                    ) from exc
+                    raise OffsetFormatError(f"{topic}[{pkey}]: invalid partition offset {raw!r}: {exc}") from exc
         return cls(parts)
 
 

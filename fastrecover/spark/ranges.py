@@ -144,8 +144,7 @@ def complete_ranges(store_url: str, group: str, job: str = "default") -> RangeCo
             log.info("ranges job %r on group %r has no active claim: nothing to complete", job, group)
             return RangeCompletion(job, group)
         updates = [
-            ProgressUpdate(r.token_id, claim.owner, r.epoch, RangeProgress(r.start, r.end, r.end))
-            for r in claim.ranges
+            ProgressUpdate(r.token_id, claim.owner, r.epoch, RangeProgress(r.start, r.end, r.end)) for r in claim.ranges
         ]
         result = store.commit_progress(updates)
         state.finish_claim(claim, COMPLETED)

@@ -91,9 +91,7 @@ class PieceSet(InputPartition):  # type: ignore[misc]
     def __repr__(self) -> str:
         return (
             "PieceSet("
-            + ", ".join(
-                f"{p.topic}[{p.partition}][{p.start},{p.end}){'b' if p.backfill else ''}" for p in self.pieces
-            )
+            + ", ".join(f"{p.topic}[{p.partition}][{p.start},{p.end}){'b' if p.backfill else ''}" for p in self.pieces)
             + ")"
         )
 
@@ -103,9 +101,20 @@ def read_task(
 ) -> Iterator[Any]:
     if not pieces:
         return iter(())
-    return read_pieces(
-        kafka, pieces, arrow_schema(), fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s
-    )
+    return read_pieces(kafka, pieces, arrow_schema(), fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s)
+
+
+def backfill_budget(limit: ReadLimit, default: int | None) -> int | None:
+    """Backfill offsets the next batch may take: Spark's ReadAllAvailable means all of them.
+
+    ``maxBackfillOffsetsPerTrigger`` reaches us as the ReadMaxRows of
+    getDefaultReadLimit(); it bounds the backfill only, live records are never held back.
+    """
+    if isinstance(limit, ReadAllAvailable):
+        return None
+    if isinstance(limit, ReadMaxRows):
+        return int(limit.max_rows)
+    return default
 
 
 #: latestOffset's "no batch yet" while a recovery waits for fresh data.
@@ -190,9 +199,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         else:
             ends = {k: b.high for k, b in bounds.items()}
         seen = discover(begin, bounds)
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        if isinstance(limit, ReadAllAvailable):
-            budget = None
+        budget = backfill_budget(limit, self.options.max_backfill)
         if self._first_plan:
             end = self._recovery_batch(seen, ends)
             if end is _HOLD:
@@ -218,8 +225,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 return None
             self._hold = _Hold(jumps, time.monotonic() + opts.fresh_wait_s)
             log.info(
-                "query %r: restart with a lag on %s; live reading resumes at the log end, the lag is "
-                "backfilled",
+                "query %r: restart with a lag on %s; live reading resumes at the log end, the lag is backfilled",
                 opts.query,
                 ", ".join(
                     f"{k} [{seen.partitions[k].live}, {j})"
@@ -274,9 +280,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             state.record_commit(self.options.query, offset.dumps())
             state.mirror_pending(self.options.query, offset)
         except (StoreError, FastRecoverError) as exc:
-            log.warning(
-                "query %r: could not record committed offset in the store: %s", self.options.query, exc
-            )
+            log.warning("query %r: could not record committed offset in the store: %s", self.options.query, exc)
 
     def stop(self) -> None:
         if self._state is not None:

@@ -190,23 +190,17 @@ class SparkState:
         now = _now()
         try:
             with self._tx(f"recording the initial offset of query {query!r}") as conn:
-                conn.execute(
-                    insert(queries).values(name=query, initial_offset=value, created_at=now, updated_at=now)
-                )
+                conn.execute(insert(queries).values(name=query, initial_offset=value, created_at=now, updated_at=now))
             log.info("query %r: recorded initial offset %s", query, value)
             return value
         except IntegrityError:
             with self._tx(f"reading the initial offset of query {query!r}") as conn:
-                return str(
-                    conn.execute(select(queries.c.initial_offset).where(queries.c.name == query)).scalar_one()
-                )
+                return str(conn.execute(select(queries.c.initial_offset).where(queries.c.name == query)).scalar_one())
 
     def record_commit(self, query: str, offset_json: str) -> None:
         with self._tx(f"recording the committed offset of query {query!r}") as conn:
             conn.execute(
-                update(queries)
-                .where(queries.c.name == query)
-                .values(committed_offset=offset_json, updated_at=_now())
+                update(queries).where(queries.c.name == query).values(committed_offset=offset_json, updated_at=_now())
             )
 
     def committed_offset(self, query: str) -> str | None:
@@ -261,9 +255,7 @@ class SparkState:
                     created_at=_now(),
                 )
             )
-        log.info(
-            "job %r claimed %d open range(s) of group %r (generation %d)", job, len(taken), group, generation
-        )
+        log.info("job %r claimed %d open range(s) of group %r (generation %d)", job, len(taken), group, generation)
         return Claim(group, job, generation, owner, ACTIVE, tuple(taken))
 
     def finish_claim(self, claim: Claim, state: str) -> None:

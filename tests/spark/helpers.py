@@ -16,9 +16,7 @@ from fastrecover.testing.waiting import wait_for
 from tests.spark.conftest import Row, Sink
 
 
-def stream(
-    spark: SparkSession, bootstrap: str, topic: str, store_url: str, query: str, **options: Any
-) -> DataFrame:
+def stream(spark: SparkSession, bootstrap: str, topic: str, store_url: str, query: str, **options: Any) -> DataFrame:
     reader = (
         spark.readStream.format("fastrecover")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -33,10 +31,8 @@ def stream(
 
 def start(df: DataFrame, sink: Sink, checkpoint: Path, *, available_now: bool = False) -> StreamingQuery:
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime="100 milliseconds")
+    trigger = {"availableNow": True} if available_now else {"processingTime": "100 milliseconds"}
+    writer = writer.trigger(**trigger)
     return writer.start()
 
 

@@ -85,12 +85,8 @@ def test_json_round_trip_and_errors() -> None:
 
 def test_initial_offset_latest_and_earliest() -> None:
     bounds = {A0: LogBounds(3, 50), A1: LogBounds(0, 0)}
-    assert initial_offset(bounds, "latest") == SourceOffset(
-        {A0: PartitionState(50, 50), A1: PartitionState(0, 0)}
-    )
-    assert initial_offset(bounds, "earliest") == SourceOffset(
-        {A0: PartitionState(3, 3), A1: PartitionState(0, 0)}
-    )
+    assert initial_offset(bounds, "latest") == SourceOffset({A0: PartitionState(50, 50), A1: PartitionState(0, 0)})
+    assert initial_offset(bounds, "earliest") == SourceOffset({A0: PartitionState(3, 3), A1: PartitionState(0, 0)})
     with pytest.raises(ValueError):
         initial_offset(bounds, "middle")
 
@@ -111,9 +107,7 @@ def test_restart_after_downtime_delivers_fresh_first_then_the_lag_in_budgeted_ba
     third = plan_next(second, {A0: 1030}, jumps=None, backfill_budget=300)
     fourth = plan_next(third, {A0: 1030}, jumps=None, backfill_budget=300)
     assert pending_total(fourth) == 0
-    every = offsets_of(
-        pieces + batch_pieces(first, second) + batch_pieces(second, third) + batch_pieces(third, fourth)
-    )
+    every = offsets_of(pieces + batch_pieces(first, second) + batch_pieces(second, third) + batch_pieces(third, fourth))
     assert every == list(range(100, 1030))
     # Nothing left: the next plan is the same offset (Spark then runs no batch).
     assert plan_next(fourth, {A0: 1030}, jumps=None, backfill_budget=300) == fourth

@@ -99,3 +99,13 @@ def test_claim_pieces_skip_what_is_already_done() -> None:
         Piece("a", 0, 171, 200, True),
     ]
     assert ClaimedRange.from_json(claimed[0].to_json()) == claimed[0]
+
+
+def test_backfill_budget_follows_the_engines_read_limit() -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    from fastrecover.spark.source import backfill_budget
+
+    assert backfill_budget(ReadAllAvailable(), 100) is None
+    assert backfill_budget(ReadMaxRows(7), 100) == 7
+    assert backfill_budget(ReadMinRows(7), 100) == 100

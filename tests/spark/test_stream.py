@@ -115,9 +115,7 @@ def test_a_task_failure_mid_batch_replays_the_same_records(
     assert duplicates(sink.rows()) == []
     assert keys(sink.rows()) == [(0, o) for o in range(600)]
     ((bid, rows),) = [(b, r) for b, r in sink.batches() if r]
-    start_offset = SourceOffset.from_json(
-        {"v": 1, "topics": {topic: {"0": {"base": 0, "live": 0, "pending": []}}}}
-    )
+    start_offset = SourceOffset.from_json({"v": 1, "topics": {topic: {"0": {"base": 0, "live": 0, "pending": []}}}})
     assert keys(rows) == planned_offsets(checkpoint, bid, start_offset)
 
 
@@ -147,8 +145,7 @@ def test_a_failed_batch_is_replayed_identically_after_a_restart_and_available_no
     produce(
         bootstrap,
         topic,
-        [Record(f"lag-{i}", partition=0) for i in range(500)]
-        + [Record(f"small-{i}", partition=1) for i in range(5)],
+        [Record(f"lag-{i}", partition=0) for i in range(500)] + [Record(f"small-{i}", partition=1) for i in range(5)],
     )
     sink = Sink()
     df = stream(spark, bootstrap, topic, spark_store_url, "drain", **options)
