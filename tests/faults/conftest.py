@@ -1,0 +1,65 @@
+"""Helpers of the fault campaign: a ChaosDriver on the session broker, named after the test.
+
+The bounded CI versions run a few dozen kill cycles; ``FASTRECOVER_FAULT_CYCLES``
+scales them (e.g. 100 for the issue's full single-member loop), and
+``fastrecover chaos`` runs the long campaign outside pytest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastrecover.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult
+from fastrecover.chaos.report import format_result
+
+log = logging.getLogger("fastrecover.chaos")
+
+#: Multiplier of the bounded cycle counts (FASTRECOVER_FAULT_CYCLES=100 runs fault 1 with 100 kills).
+CYCLES = int(os.environ.get("FASTRECOVER_FAULT_CYCLES", "0") or 0)
+
+DriverFactory = Callable[..., ChaosDriver]
+
+
+def cycles(bounded: int) -> int:
+    return CYCLES or bounded
+
+
+@pytest.fixture
+def chaos_driver(bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path,
+                 request: pytest.FixtureRequest) -> Iterator[DriverFactory]:
+    """Make a ChaosDriver on test-owned topics; every process it started is killed at teardown."""
+    made: list[ChaosDriver] = []
+
+    def make(*, topics: int = 3, partitions: int = 6, store_url: str | None = None,
+             bootstrap_servers: str | None = None, on_kill: Any = None, **kwargs: Any) -> ChaosDriver:
+        servers = bootstrap_servers or bootstrap
+        names = None
+        if bootstrap_servers is None:
+            names = [topic_factory(partitions=partitions) for _ in range(topics)]
+        seed = int(os.environ.get("FASTRECOVER_CHAOS_SEED", "0")) or zlib.crc32(request.node.name.encode())
+        config = ChaosConfig(bootstrap=servers, store_url=store_url or f"sqlite:///{tmp_path / 'ranges.db'}",
+                             workdir=tmp_path / "chaos", topics=topics, partitions=partitions, group=unique_group,
+                             topic_names=names, seed=seed, **kwargs)
+        log.info("chaos seed %d (FASTRECOVER_CHAOS_SEED reproduces it), work dir %s", seed, config.workdir)
+        driver = ChaosDriver(config, on_kill=on_kill)
+        made.append(driver)
+        return driver
+
+    yield make
+    for d in made:
+        d.abort()
+
+
+def verdict_ok(result: ChaosResult) -> str:
+    """The table, logged and returned for assertion messages."""
+    table = format_result(result)
+    log.info("checker verdict:\n%s", table)
+    print(table)
+    return table

@@ -1,0 +1,60 @@
+"""Fault 3: the child thread dies mid-range, then the whole process is SIGKILLed while the child is mid-range."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastrecover.store import open_store
+from fastrecover.testing.waiting import wait_for
+from fastrecover.tokens import Token
+from tests.faults.conftest import DriverFactory, verdict_ok
+
+pytestmark = pytest.mark.faults
+
+
+def test_child_crash_and_sigkill_mid_range_resume_from_committed(chaos_driver: DriverFactory) -> None:
+    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=150.0, min_offsets=20)
+    driver.start(spawn=False)
+    first = driver.spawn(0, faults=False, extra=["--commit", "sync"])
+    wait_for(lambda: driver.finished_by(0, 0) >= 200, 60, 0.1, "the first incarnation to finish 200 records")
+    driver.kill(0)
+    producer = driver.producer
+    assert producer is not None
+    acked = producer.acked
+    wait_for(lambda: producer.acked >= acked + 450, 60, 0.1, "a lag of 150 records per partition")
+
+    # incarnation 2: its child thread raises on its 2nd batch; commits per message; SIGKILLed at its
+    # 60th backfilled record, i.e. while the (restarted) child is mid-range
+    second = driver.spawn(0, faults=False, extra=[
+        "--commit", "message", "--fail-child-after", "2", "--set", "fastrecover.backfill.batch.size=20",
+        "--stall-at", "backfill", "--stall-after", "60"])
+    wait_for(lambda: second.has("stalled"), 90, 0.05, "the second incarnation to stall mid-range")
+    assert second.has("child-failure-injected"), second.events[-5:]
+    driver.kill(0)
+    log_text = (driver.workdir / "logs" / "m1-2.log").read_text(errors="replace")
+    assert "restarting it from the ranges' committed offsets" in log_text, log_text[-2000:]
+
+    with open_store(driver.config.store_url) as store:
+        snapshot: list[Token] = store.open_ranges(driver.group)
+    assert snapshot, "the kill must leave ranges open"
+    assert any(t.progress.committed > t.progress.start for t in snapshot), \
+        f"some range must have committed progress to resume from: {[t.describe() for t in snapshot]}"
+
+    driver.spawn(0, faults=False, extra=["--commit", "sync"])
+    result = driver.finish()
+    table = verdict_ok(result)
+    assert result.verdict.ok, table
+    assert first.end == "killed"
+
+    # every range resumes at its committed offset (the first offset not already finished), not at its start
+    from fastrecover.chaos.checker import read_ledgers
+
+    entries, _ = read_ledgers([driver.workdir / "ledger" / "m1-3.ledger"])
+    for t in snapshot:
+        delivered = [e.offset for e in entries if e.token == t.id]
+        expected = min(o for o in range(t.progress.committed, t.progress.end + 1)
+                       if o == t.progress.end or o not in t.progress.completed)
+        if expected == t.progress.end:
+            continue
+        assert delivered, f"range #{t.id} was not backfilled by the next incarnation"
+        assert min(delivered) == expected, (t.describe(), sorted(delivered)[:5])
