@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,15 @@ from typing import Any, TextIO
 
 from confluent_kafka import Producer
 
-from fastrecover.testing.broker import Broker, create_topic, delete_topic, group_is_empty, select_broker
+from fastrecover.testing.broker import (
+    Broker,
+    create_topic,
+    delete_topic,
+    docker_available,
+    group_is_empty,
+    select_broker,
+)
+from fastrecover.testing.mock_cluster import MockCluster
 from fastrecover.testing.waiting import Deadline, wait_for
 
 log = logging.getLogger("fastrecover.demo")
@@ -107,11 +116,12 @@ class _Worker:
 
 
 def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_seconds: float, work_us: int,
-              partitions: int, workdir: Path, out: TextIO) -> DemoResult:
+              partitions: int, workdir: Path, out: TextIO, auto_create: bool = False) -> DemoResult:
     mode = "fastrecover (enable.parallel.rebalance)" if parallel else "plain confluent_kafka.Consumer"
     topic = f"demo-{'parallel' if parallel else 'plain'}-{uuid.uuid4().hex[:6]}"
     group = f"demo-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, partitions)
+    if not auto_create:  # librdkafka's mock cluster creates topics on first use instead
+        create_topic(bootstrap, topic, partitions)
     ledger = workdir / f"{topic}.ledger"
     base = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--ledger", str(ledger),
             "--commit", "sync", "--commit-every", "200", "--work-us", str(work_us)]
@@ -134,7 +144,8 @@ def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_
             deadline = Deadline(lag_seconds)
 
             def lag_built() -> bool:
-                return deadline.expired() and group_is_empty(bootstrap, group)
+                # the mock cluster cannot describe groups; the dead member's session expires meanwhile
+                return deadline.expired() and (auto_create or group_is_empty(bootstrap, group))
 
             wait_for(lag_built, lag_seconds + 60, 0.1, "the lag to build and the dead member to leave the group")
             restart_wall = time.time()
@@ -153,21 +164,37 @@ def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_
                 second.kill(signal.SIGTERM)
         return DemoResult(mode, lag_estimate, ttf, None)
     finally:
-        delete_topic(bootstrap, topic)
+        if not auto_create:
+            delete_topic(bootstrap, topic)
 
 
 @contextmanager
-def _broker(bootstrap: str | None, out: TextIO) -> Iterator[str]:
+def _broker(bootstrap: str | None, out: TextIO) -> Iterator[tuple[str, bool]]:
+    """(bootstrap, is_mock): the given address, a real broker, or librdkafka's mock cluster.
+
+    The mock cluster is the last resort, for machines with neither Java nor a
+    Docker engine (FASTRECOVER_BROKER=mock forces it); tests never use it.
+    """
     if bootstrap:
         print(f"broker: {bootstrap} (from --bootstrap-servers)", file=out, flush=True)
-        yield bootstrap
+        yield bootstrap, False
         return
-    broker: Broker = select_broker()
+    forced_mock = os.environ.get("FASTRECOVER_BROKER") == "mock"
+    from_env = os.environ.get("FASTRECOVER_BOOTSTRAP") or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not forced_mock and (from_env or shutil.which("java") or docker_available()):
+        broker: Broker = select_broker()
+        try:
+            print(f"broker: {broker.describe()}", file=out, flush=True)
+            yield broker.bootstrap, False
+        finally:
+            broker.close()
+        return
+    mock = MockCluster()
     try:
-        print(f"broker: {broker.describe()}", file=out, flush=True)
-        yield broker.bootstrap
+        print(f"broker: {mock.describe()}", file=out, flush=True)
+        yield mock.bootstrap, True
     finally:
-        broker.close()
+        mock.close()
 
 
 def main(bootstrap: str | None, store_url: str | None, rate: int, lag_seconds: float, work_us: int,
@@ -178,11 +205,11 @@ def main(bootstrap: str | None, store_url: str | None, rate: int, lag_seconds: f
     print(f"story: {rate} records/s on {partitions} partitions, {work_us} µs of work per record, "
           f"consumer down for {lag_seconds:g} s", file=out, flush=True)
     results: list[DemoResult] = []
-    with _broker(bootstrap, out) as servers:
+    with _broker(bootstrap, out) as (servers, mock):
         for parallel in (False, True):
             results.append(run_story(servers, parallel=parallel, store_url=store, rate=rate,
                                      lag_seconds=lag_seconds, work_us=work_us, partitions=partitions,
-                                     workdir=workdir, out=out))
+                                     workdir=workdir, out=out, auto_create=mock))
     print("\ntime until the first record produced after the restart is delivered:", file=out)
     print(f"  {'consumer':<44} {'lag (records)':>14} {'time to fresh':>14}", file=out)
     for r in results:
