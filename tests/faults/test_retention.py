@@ -1,0 +1,55 @@
+"""Fault 6: retention deletes part of an open range before it is backfilled."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fastrecover.chaos.report import format_result
+from fastrecover.store import open_store
+from fastrecover.testing.waiting import wait_for
+from tests.faults.conftest import DriverFactory, verdict_ok
+
+pytestmark = pytest.mark.faults
+
+
+def test_retention_inside_an_open_range_is_counted_and_reported(chaos_driver: DriverFactory) -> None:
+    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=300.0, stall_share=0.0,
+                          fail_child_share=0.0)
+    driver.start(spawn=False)
+    driver.spawn(0, faults=False, extra=["--commit", "sync"])
+    wait_for(lambda: driver.finished_by(0, 0) >= 150, 60, 0.1, "the first incarnation to finish 150 records")
+    driver.kill(0)
+    producer = driver.producer
+    assert producer is not None
+    target = producer.acked + 900
+    wait_for(lambda: producer.acked >= target, 60, 0.1, "a lag of 300 records per partition")
+    # the second incarnation opens the ranges and dies after 10 backfilled records
+    second = driver.spawn(0, faults=False, extra=["--commit", "message", "--stall-at", "backfill",
+                                                  "--stall-after", "10"])
+    wait_for(lambda: second.has("stalled"), 60, 0.05, "the second incarnation to stall mid-range")
+    driver.kill(0)
+    with open_store(driver.config.store_url) as store:
+        ranges = store.open_ranges(driver.group)
+    assert ranges
+    # retention removes the first half of what is left of every open range
+    cut = [TopicPartition(t.topic, t.partition, t.progress.committed + t.progress.remaining // 2) for t in ranges]
+    admin = AdminClient({"bootstrap.servers": driver.config.bootstrap})
+    for fut in admin.delete_records(cut).values():
+        fut.result(timeout=30)
+
+    third = driver.spawn(0, faults=False, extra=["--commit", "sync"])
+    result = driver.finish()
+    table = verdict_ok(result)
+    v = result.verdict
+    assert v.ok, table
+    assert v.retention_deleted_unfinished > 0, table
+    assert v.skipped_recorded >= v.retention_deleted_unfinished, table
+    assert v.unaccounted == 0, table
+    assert "skipped recorded on range tokens" in format_result(result)
+    log_text = (driver.workdir / "logs" / f"{third.name.replace('#', '-')}.log").read_text(errors="replace")
+    assert "retention deleted" in log_text and "recorded on the token" in log_text, log_text[-3000:]
+    with open_store(driver.config.store_url) as store:
+        skipped = {t.id: t.skipped for t in store.ranges(driver.group)}
+    assert all(skipped[t.id] > 0 for t in ranges if t.progress.remaining // 2 > 0), skipped
