@@ -78,7 +78,7 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
             if not isinstance(per, Mapping):
                 continue
             for variant in STEADY_VARIANTS[1:]:
-                s = _stat(per.get(variant, {}), "ratio_to_raw")
+                s = _stat(per.get(variant, {}), "cpu_ratio_to_raw")
                 if s.median is None:
                     continue
                 labels.append(f"{api}\nmode {variant}")
@@ -89,8 +89,8 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
         a_steady.axhline(1.0, color="black", linewidth=0.8)
         a_steady.axhline(0.95, color="#c0392b", linestyle=":", label="goal 0.95")
         a_steady.set_xticks(range(len(labels)), labels, fontsize=8)
-        a_steady.set_ylabel("records/s ÷ raw confluent_kafka.Consumer")
-        a_steady.set_title("Steady state, no crash (paired ratio per repeat)")
+        a_steady.set_ylabel("raw CPU per record ÷ ours (1 = as fast)")
+        a_steady.set_title("Steady state, no crash: caller-thread CPU ratio to raw (paired)")
         a_steady.legend(fontsize=8)
     else:
         a_steady.set_visible(False)
@@ -100,7 +100,7 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
             series = (memory.get(mode) or {}).get("rss_series") or []
             if series:
                 a_mem.plot([p[0] for p in series], [p[1] for p in series], color=_COLORS[mode], label=mode)
-        a_mem.set_xlabel("seconds since the process started")
+        a_mem.set_xlabel("seconds since the consumer was created (restart)")
         a_mem.set_ylabel("RSS (MiB)")
         a_mem.set_title(f"RSS while catching up a lag of {int(memory.get('lag', 0)):,} records (one run)")
         a_mem.set_ylim(bottom=0)

@@ -210,10 +210,14 @@ def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[str, A
     for api, per in raw.items():
         rows: dict[str, Any] = {}
         base = [r["records_per_s"] for r in per["raw"]]
+        base_cpu = [r["cpu_us_per_record"] for r in per["raw"]]
         for variant, runs in per.items():
             row = _summ(runs, ["records_per_s", "cpu_us_per_record"])
             if variant != "raw":
                 row["ratio_to_raw"] = paired_ratios([r["records_per_s"] for r in runs], base).to_dict()
+                # raw CPU / our CPU per record: the throughput ratio of a caller thread that is CPU-bound,
+                # much less disturbed by other load on the machine than wall-clock rates
+                row["cpu_ratio_to_raw"] = paired_ratios(base_cpu, [r["cpu_us_per_record"] for r in runs]).to_dict()
             rows[variant] = row
         summary[api] = rows
     summary_out: dict[str, Any] = dict(summary)
