@@ -286,6 +286,8 @@ class ChaosDriver:
                                           else "")
         self.notes: list[str] = []
         self.stalls_missed = 0
+        self._target = 0
+        self._began = time.monotonic()
 
     # ---- members -------------------------------------------------------------------------------
 
@@ -309,13 +311,16 @@ class ChaosDriver:
         argv += list(c.worker_args)
         return argv, stall, mode
 
-    def spawn(self, member: _Member, *, faults: bool = True) -> WorkerProc:
+    def spawn(self, member: _Member | int, *, faults: bool = True, extra: Sequence[str] = ()) -> WorkerProc:
+        """Start a new incarnation of ``member`` (a member or its index)."""
+        if isinstance(member, int):
+            member = self.members[member]
         member.incarnations += 1
         name = f"{member.name}#{member.incarnations}"
         argv, stall, mode = self._argv(member, faults)
         if faults and self.faults_for is not None:
             argv += self.faults_for(self, name)
-        argv += ["--member", name]
+        argv += [*extra, "--member", name]
         proc = WorkerProc(name, argv, self.workdir, self._env)
         proc.commit_mode = mode  # type: ignore[attr-defined]
         self.procs.append(proc)
@@ -344,7 +349,7 @@ class ChaosDriver:
         for m in self.members:
             proc = m.proc
             if proc is None:
-                if m.restart_at is not None and now >= m.restart_at and self.kills < self.config.cycles:
+                if m.restart_at is not None and now >= m.restart_at and self.kills < self._target:
                     self.spawn(m)
                 continue
             if not proc.alive:
@@ -364,14 +369,25 @@ class ChaosDriver:
                     m.kill_at = now + m.uptime
             elif now >= m.kill_at:
                 self._kill(m, "killed")
-            if self.kills >= self.config.cycles:
+            if self.kills >= self._target:
                 return
 
     # ---- the run -------------------------------------------------------------------------------
 
     def run(self) -> ChaosResult:
+        """The whole campaign: start, ``cycles`` kills, drain, verdict."""
+        self.start()
+        try:
+            self.chaos(self.config.cycles)
+        except BaseException:
+            self.abort()
+            raise
+        return self.finish()
+
+    def start(self, *, spawn: bool = True) -> None:
+        """Create the topics, start the producer and (unless ``spawn`` is false) every member."""
         c = self.config
-        began = time.monotonic()
+        self._began = time.monotonic()
         if c.topic_names is None:
             for t in self.topics:
                 create_topic(c.bootstrap, t, c.partitions)
@@ -379,22 +395,57 @@ class ChaosDriver:
                  self.group, self.topics, c.partitions, c.members, c.cycles, c.store_url)
         self.producer = SequencedProducer(c.bootstrap, self.topics, c.partitions, c.rate, self.produced_log)
         self.producer.start()
-        try:
+        if spawn:
             for m in self.members:
                 self.spawn(m)
-            while self.kills < c.cycles:
-                self._step()
-                time.sleep(_TICK_S)
-            chaos_end = time.monotonic()
+
+    def chaos(self, cycles: int) -> None:
+        """Kill and restart members at random until ``cycles`` more kills happened."""
+        target = self.kills + cycles
+        self._target = target
+        while self.kills < target:
+            self._step()
+            time.sleep(_TICK_S)
+
+    def kill(self, index: int, how: str = "killed") -> WorkerProc:
+        """SIGKILL member ``index`` now (for tests that script the faults); it is not restarted by itself."""
+        m = self.members[index]
+        proc = m.proc
+        if proc is None:
+            raise RuntimeError(f"member {m.name} is not running")
+        self._kill(m, how)
+        m.restart_at = None
+        return proc
+
+    def finish(self) -> ChaosResult:
+        """Drain, stop everything and return the verdict."""
+        chaos_end = time.monotonic()
+        try:
             passes = self.drain()
-            drain_end = time.monotonic()
         finally:
-            for p in self.procs:
-                if p.alive:
-                    p.kill("killed")
-            if self.producer is not None and self.producer._thread.is_alive():
-                self.producer.stop()
-        return self._result(began, chaos_end, drain_end, passes)
+            self.abort()
+        drain_end = time.monotonic()
+        return self._result(self._began, chaos_end, drain_end, passes)
+
+    def abort(self) -> None:
+        """Kill whatever still runs (idempotent)."""
+        for p in self.procs:
+            if p.alive:
+                p.kill("killed")
+        if self.producer is not None and self.producer._thread.is_alive():
+            self.producer.stop()
+
+    def proc(self, index: int) -> WorkerProc | None:
+        return self.members[index].proc
+
+    def finished_by(self, index: int, since_ms: int) -> int:
+        """Ledger entries member ``index`` wrote with a finish time at or after ``since_ms``."""
+        count = 0
+        name = self.members[index].name
+        for path in (self.workdir / "ledger").glob(f"{name}-*.ledger"):
+            entries, _bad = read_ledgers([path])
+            count += sum(1 for e in entries if e.done_ms >= since_ms)
+        return count
 
     def stop_producer(self) -> None:
         if self.producer is not None:
