@@ -94,6 +94,25 @@ def _key(tp: TopicPartition | Message) -> TopicPartitionKey:
     return TopicPartitionKey(tp.topic, tp.partition)
 
 
+def _last_offsets(msgs: list[Message]) -> dict[tuple[str | None, int | None], int | None]:
+    """Offset of the last record of each partition in ``msgs``; error events are not records.
+
+    The scan is C-level (map/zip/dict); only one message per partition is looked at in Python.
+    """
+    keys = zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True)
+    last_index = dict(zip(keys, range(len(msgs)), strict=True))
+    out: dict[tuple[str | None, int | None], int | None] = {}
+    for key, i in last_index.items():
+        msg = msgs[i]
+        if msg.error() is not None:  # rare: an error event came last; take the last real record
+            real = [m for m in msgs[:i] if m.error() is None and (m.topic(), m.partition()) == key]
+            if not real:
+                continue
+            msg = real[-1]
+        out[key] = msg.offset()
+    return out
+
+
 def _timeout(timeout: float | None) -> float:
     return -1.0 if timeout is None else float(timeout)
 
@@ -144,6 +163,8 @@ class Consumer:
         self._assigned_in_callback = False
         self._assigned: set[TopicPartitionKey] = set()
         self._unsettled_primary: list[Message] = []
+        # last offset per (topic, partition) of settled primary records, not yet in _primary_done
+        self._settled_offsets: dict[tuple[str | None, int | None], int | None] = {}
         self._unsettled_child: list[tuple[int, Message]] = []
         self._primary_done: dict[TopicPartitionKey, int] = {}
         self._primary_dirty: set[TopicPartitionKey] = set()
@@ -505,15 +526,29 @@ class Consumer:
     def _settle(self) -> None:
         """Records returned by an earlier call are done: that is when auto-store counts them."""
         if self._unsettled_primary:
-            for msg in self._unsettled_primary:
-                key = _key(msg)
-                self._primary_done[key] = (msg.offset() or 0) + 1
-                self._primary_dirty.add(key)
-            self._unsettled_primary = []
+            # Hot path: keep only the last offset per partition, in C where possible, and no
+            # message beyond this call (held messages get promoted by the GC and slow it down);
+            # _fold_primary() makes them offsets to store before anyone reads those.
+            msgs, self._unsettled_primary = self._unsettled_primary, []
+            if len(msgs) == 1:
+                msg = msgs[0]
+                if msg.error() is None:
+                    self._settled_offsets[(msg.topic(), msg.partition())] = msg.offset()
+            else:
+                self._settled_offsets.update(_last_offsets(msgs))
         if self._unsettled_child:
             for token_id, msg in self._unsettled_child:
                 self._book.mark_stored(token_id, (msg.offset() or 0,))
             self._unsettled_child = []
+
+    def _fold_primary(self) -> None:
+        """Settled offsets -> ``_primary_done``/``_primary_dirty``; call before reading either."""
+        if self._settled_offsets:
+            settled, self._settled_offsets = self._settled_offsets, {}
+            for (topic, partition), offset in settled.items():
+                key = TopicPartitionKey(topic or "", partition or 0)
+                self._primary_done[key] = (offset or 0) + 1
+                self._primary_dirty.add(key)
 
     def poll(self, timeout: float | None = None) -> Message | None:
         if self._auto_store:
@@ -562,7 +597,7 @@ class Consumer:
         child = self._child
         if child is None or not (child.pending() or self._book.has_work):
             msgs = self._primary.consume(num_messages, timeout)
-            self._unsettled_primary.extend(m for m in msgs if m.error() is None)
+            self._unsettled_primary.extend(msgs)  # error events are skipped by _settle()
             return list(msgs)
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
@@ -620,6 +655,7 @@ class Consumer:
         else:
             if self._auto_store:
                 self._settle()
+            self._fold_primary()
             pairs = [(k, o) for k, o in self._primary_done.items()]
             user_meta = {}
             if not self._auto_store:
@@ -713,6 +749,7 @@ class Consumer:
 
     def _flush_primary_store(self, keys: Sequence[TopicPartitionKey] | None = None) -> None:
         """Hand done primary offsets to librdkafka's offset store (auto-commit commits them)."""
+        self._fold_primary()
         if not self._auto_store or not self._primary_dirty:
             return
         todo = self._primary_dirty if keys is None else self._primary_dirty & set(keys)
@@ -792,6 +829,7 @@ class Consumer:
         if not lost:
             if self._auto_store:
                 self._settle()
+            self._fold_primary()
             if self._auto_commit:
                 done = [self._with_mirror(k, self._primary_done[k], None) for k in keys if k in self._primary_done]
                 if done:
@@ -807,6 +845,7 @@ class Consumer:
         if self._child is not None:
             self._child.drop(keys, self._settings.revoke_timeout_s)
         released = self._book.remove_partitions(keys)
+        self._fold_primary()  # offsets settled earlier are dropped with the partitions, as before
         for k in keys:
             self._primary_done.pop(k, None)
             self._primary_dirty.discard(k)
