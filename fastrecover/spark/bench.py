@@ -167,8 +167,8 @@ def _reader(spark: Any, source: str, bootstrap: str, topic: str, store_url: str,
         .option("startingOffsets", "latest")
         .option("fastrecover.store.url", store_url)
         .option("fastrecover.query", query)
-        .option("maxBackfillOffsetsPerTrigger", "100000")
-        .option("backfillTasks", "2")
+        .option("maxBackfillOffsetsPerTrigger", str(BACKFILL_PER_TRIGGER))
+        .option("backfillTasks", str(BACKFILL_TASKS))
         .load()
     )
 

@@ -15,8 +15,9 @@ comes from run state.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +138,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._first_plan = True
         self._hold: _Hold | None = None
         self._targets: dict[TopicPartitionKey, int] | None = None
+        self._mirror: _CommitMirror | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Tasks get the options only: no clients, no planning state.
@@ -271,24 +273,72 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def commit(self, end: dict[str, Any]) -> None:
         """Spark finished every batch up to ``end``: mirror its finished backfill ranges into the store.
 
-        Informational only (the checkpoint is the authority), so a store problem
-        is logged and the query goes on.
+        Informational only (the checkpoint is the authority), so it is written
+        by a background thread, off Spark's trigger loop, and a store problem
+        is logged while the query goes on.
         """
-        try:
-            state = self._spark_state()
-            offset = SourceOffset.from_json(end)
-            state.record_commit(self.options.query, offset.dumps())
-            state.mirror_pending(self.options.query, offset)
-        except (StoreError, FastRecoverError) as exc:
-            log.warning("query %r: could not record committed offset in the store: %s", self.options.query, exc)
+        if self._mirror is None:
+            self._mirror = _CommitMirror(self.options.query, self._spark_state)
+        self._mirror.submit(SourceOffset.from_json(end))
 
     def stop(self) -> None:
+        if self._mirror is not None:
+            self._mirror.close(timeout_s=30.0)
+            self._mirror = None
         if self._state is not None:
             self._state.store.close()
             self._state = None
         if self._view is not None:
             self._view.close()
             self._view = None
+
+
+class _CommitMirror:
+    """Writes committed offsets to the store on its own thread; only the newest one matters."""
+
+    def __init__(self, query: str, state: Callable[[], Any]) -> None:
+        self._query = query
+        self._state = state
+        self._cond = threading.Condition()
+        self._latest: SourceOffset | None = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="fastrecover-commit-mirror", daemon=True)
+        self._thread.start()
+
+    def submit(self, offset: SourceOffset) -> None:
+        with self._cond:
+            self._latest = offset
+            self._cond.notify()
+
+    def close(self, timeout_s: float) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("query %r: the store mirror did not finish within %.0f s", self._query, timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._latest is None and not self._closing:
+                    self._cond.wait()
+                offset, self._latest = self._latest, None
+                closing = self._closing
+            if offset is not None:
+                self._write(offset)
+            if closing and offset is None:
+                return
+
+    def _write(self, offset: SourceOffset) -> None:
+        try:
+            state = self._state()
+            state.record_commit(self._query, offset.dumps())
+            state.mirror_pending(self._query, offset)
+        except (StoreError, FastRecoverError) as exc:
+            log.warning("query %r: could not record committed offset in the store: %s", self._query, exc)
+        except Exception:  # a mirror bug must not kill the thread and silently stop mirroring
+            log.exception("query %r: recording the committed offset failed", self._query)
 
 
 class FastRecoverDataSource(DataSource):  # type: ignore[misc]
