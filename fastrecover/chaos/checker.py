@@ -135,6 +135,7 @@ class Verdict:
     backfilled_records: int = 0
     epoch_conflicts: int = 0
     concurrent_backfills: int = 0
+    finished_by_non_owner: int = 0
     fencing_sample: list[str] = field(default_factory=list)
     require_ranges_finished: bool = True
 
@@ -155,6 +156,8 @@ class Verdict:
             out.append(f"{self.epoch_conflicts} range epochs held by two incarnations")
         if self.concurrent_backfills:
             out.append(f"{self.concurrent_backfills} ranges backfilled by two incarnations at once")
+        if self.finished_by_non_owner:
+            out.append(f"{self.finished_by_non_owner} ranges finished by a member not assigned their partition")
         if self.require_ranges_finished and self.ranges_open:
             out.append(f"{self.ranges_open} ranges still open at the end")
         if self.produced == 0:
@@ -176,8 +179,15 @@ def analyze(
     present: Iterable[tuple[str, int, int]] | None = None,
     malformed_lines: int = 0,
     require_ranges_finished: bool = True,
+    owners: Mapping[str, str] | None = None,
+    assigned: Mapping[str, set[TP]] | None = None,
 ) -> Verdict:
-    """Compare what was produced with what was finished; see the module docstring."""
+    """Compare what was produced with what was finished; see the module docstring.
+
+    ``owners`` maps a token's owner id to the incarnation that wrote it and ``assigned`` an
+    incarnation to the partitions it was ever assigned: with both, every finished range must have
+    been finished by an incarnation that owned its partition.
+    """
     v = Verdict(malformed_lines=malformed_lines, require_ranges_finished=require_ranges_finished)
     lows = dict(low_watermarks or {})
     v.produced = len(produced)
@@ -232,6 +242,14 @@ def analyze(
 
     _incarnation_stats(v, ledger, incarnations)
     _range_stats(v, ledger, tokens)
+    if owners is not None and assigned is not None:
+        for t in tokens:
+            if t.is_open or t.owner is None:
+                continue
+            inc = owners.get(t.owner)
+            if inc is None or (t.topic, t.partition) not in assigned.get(inc, set()):
+                v.finished_by_non_owner += 1
+                v.fencing_sample.append(f"range #{t.id} of {t.key} finished by {t.owner} ({inc or 'unknown'})")
     return v
 
 

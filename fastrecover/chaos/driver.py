@@ -532,6 +532,23 @@ class ChaosDriver:
 
     # ---- the verdict ---------------------------------------------------------------------------
 
+    def _ownership(self, tokens: Sequence[Token]) -> tuple[dict[str, str], dict[str, set[tuple[str, int]]]]:
+        """Token owner id -> incarnation (owner ids are ``host:pid:suffix``), incarnation -> partitions."""
+        by_pid = {int(e["pid"]): p.name for p in self.procs if (e := p.has("started")) is not None}
+        owners: dict[str, str] = {}
+        for t in tokens:
+            if t.owner is None:
+                continue
+            parts = t.owner.rsplit(":", 2)
+            if len(parts) == 3 and parts[1].isdigit() and int(parts[1]) in by_pid:
+                owners[t.owner] = by_pid[int(parts[1])]
+        assigned: dict[str, set[tuple[str, int]]] = {}
+        for p in self.procs:
+            got = assigned.setdefault(p.name, set())
+            for e in p.count("assigned"):
+                got.update((str(tp[0]), int(tp[1])) for tp in e.get("partitions", []))
+        return owners, assigned
+
     def _result(self, began: float, chaos_end: float, drain_end: float, passes: int) -> ChaosResult:
         c = self.config
         produced = read_produced(self.produced_log)
@@ -544,8 +561,9 @@ class ChaosDriver:
             self.notes.append(f"could not read the store for the verdict: {exc}")
         lows, present = read_topic(c.bootstrap, self.topics, c.partitions)
         incs = [p.incarnation() for p in self.procs]
+        owners, assigned = self._ownership(tokens)
         verdict = analyze(produced, ledger, incarnations=incs, tokens=tokens, low_watermarks=lows,
-                          present=present, malformed_lines=bad)
+                          present=present, malformed_lines=bad, owners=owners, assigned=assigned)
         result = ChaosResult(verdict, c, self.group, self.topics, time.monotonic() - began, chaos_end - began,
                              drain_end - chaos_end, passes, incs, stalls_missed=self.stalls_missed,
                              notes=list(self.notes))

@@ -48,6 +48,7 @@ def verdict_rows(v: Verdict) -> list[tuple[str, str]]:
         ("records delivered by the child (backfill)", str(v.backfilled_records)),
         ("range epochs held by two incarnations", str(v.epoch_conflicts)),
         ("ranges backfilled by two incarnations at once", str(v.concurrent_backfills)),
+        ("ranges finished by a non-owner of the partition", str(v.finished_by_non_owner)),
         ("malformed ledger lines (cut by SIGKILL)", str(v.malformed_lines)),
     ]
 

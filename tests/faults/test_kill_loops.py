@@ -36,6 +36,7 @@ def test_three_members_random_kills_fence_and_finish_every_range(chaos_driver: D
     assert v.ok, table
     assert v.lost == 0, table
     assert v.epoch_conflicts == 0 and v.concurrent_backfills == 0, "fencing\n" + table
+    assert v.finished_by_non_owner == 0, table
     assert v.ranges_open == 0, "every range finished by whoever owns its partition\n" + table
     assert v.ranges_handed_over > 0, "rebalances must move ranges between members\n" + table
     assert v.kills >= n, table

@@ -191,3 +191,18 @@ def test_a_line_cut_by_sigkill_is_counted_as_malformed(tmp_path: Path) -> None:
     entries, bad = read_ledgers([a, b])
     assert [e.offset for e in entries] == [0, 1, 2]
     assert bad == 1
+
+
+def test_a_range_finished_by_a_member_without_its_partition_is_a_failure() -> None:
+    t1 = token(1, 0, 2)
+    t2 = token(2, 2, 4, partition=0)
+    t1 = Token(1, "g", "t", 0, t1.progress, owner="h:10:a", epoch=1, state=TokenState.DONE)
+    t2 = Token(2, "g", "t", 0, t2.progress, owner="h:11:b", epoch=1, state=TokenState.DONE)
+    owners = {"h:10:a": "m1#1", "h:11:b": "m2#1"}
+    assigned = {"m1#1": {("t", 0)}, "m2#1": {("t", 1)}}
+    v = analyze(produced(4), done(range(4)), tokens=[t1, t2], owners=owners, assigned=assigned)
+    assert v.finished_by_non_owner == 1
+    assert "range #2" in v.fencing_sample[0]
+    assert not v.ok
+    assigned["m2#1"].add(("t", 0))
+    assert analyze(produced(4), done(range(4)), tokens=[t1, t2], owners=owners, assigned=assigned).ok
