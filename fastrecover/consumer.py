@@ -537,8 +537,13 @@ class Consumer:
             else:
                 self._settled_offsets.update(_last_offsets(msgs))
         if self._unsettled_child:
+            # One mark_stored per range, not per record: each call builds and validates a new
+            # RangeProgress, and the GIL held meanwhile starves the child thread.
+            by_token: dict[int, list[int]] = {}
             for token_id, msg in self._unsettled_child:
-                self._book.mark_stored(token_id, (msg.offset() or 0,))
+                by_token.setdefault(token_id, []).append(msg.offset() or 0)
+            for token_id, offsets in by_token.items():
+                self._book.mark_stored(token_id, offsets)
             self._unsettled_child = []
 
     def _fold_primary(self) -> None:
