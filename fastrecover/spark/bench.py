@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -41,6 +42,7 @@ from confluent_kafka import Producer
 log = logging.getLogger("fastrecover.spark")
 
 SOURCES = ("spark-kafka", "fastrecover")
+SINKS = ("count", "parquet")
 PARTITIONS = 2
 FRESH_RATE = 500  # fresh records per second during the restart
 RUN_TIMEOUT_S = 900.0
@@ -63,16 +65,23 @@ class _Tally:
     drained_s: float | None = None
     batches: list[tuple[float, int, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: None: the sink only counts; a path: it also appends every batch there as Parquet.
+    parquet: str | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
+        if self.parquet is not None:
+            df = df.persist()
+            df.write.mode("append").parquet(self.parquet)
         counts = {
             row["kind"]: row["n"]
             for row in df.groupBy(F.expr("substring(cast(value as string), 1, 1)").alias("kind"))
             .agg(F.count(F.lit(1)).alias("n"))
             .collect()
         }
+        if self.parquet is not None:
+            df.unpersist()
         now = time.monotonic() - self.started
         with self.lock:
             lag, fresh = counts.get("L", 0), counts.get("F", 0)
@@ -179,7 +188,7 @@ def _start(spark: Any, df: Any, sink: Any, checkpoint: str, available_now: bool)
     return writer.start()
 
 
-def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path) -> dict[str, Any]:
+def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path, sink: str = "count") -> dict[str, Any]:
     """One measurement of one source at one lag; returns its timings (seconds) and batch trace."""
     from fastrecover.testing.broker import create_topic, delete_topic, produce
 
@@ -204,6 +213,8 @@ def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path) -
         # 3. Restart with fresh records arriving.
         fresh = _FreshProducer(bootstrap, topic, FRESH_RATE)
         tally = _Tally(time.monotonic(), lag)
+        if sink == "parquet":
+            tally.parquet = str(workdir / f"out-{topic}")
         fresh.start()
         q = _start(spark, _reader(spark, source, bootstrap, topic, store_url, query), tally, checkpoint, False)
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -221,6 +232,8 @@ def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path) -
             "batches": tally.batches,
         }
     finally:
+        shutil.rmtree(workdir / f"out-{topic}", ignore_errors=True)
+        shutil.rmtree(checkpoint, ignore_errors=True)
         try:
             delete_topic(bootstrap, topic)
         except Exception as exc:
@@ -319,50 +332,64 @@ def run_spark_bench(
     lags: Sequence[int] = (100_000, 1_000_000),
     repeats: int = 3,
     *,
+    sinks: Sequence[str] = ("count",),
     spark: Any = None,
     workdir: str | None = None,
 ) -> dict[str, Any]:
-    """Measure both sources at each lag ``repeats`` times; returns raw runs and median/min/max summaries."""
+    """Measure both sources at each lag ``repeats`` times; returns raw runs and median/min/max summaries.
+
+    ``sinks``: ``count`` (the sink only counts the batch) and/or ``parquet``
+    (it also appends the batch to Parquet files, a sink with a per-record cost).
+    The result's ``summary`` and ``runs`` are keyed by sink, then lag, then source.
+    """
     import fastrecover.spark
 
+    for sink in sinks:
+        if sink not in SINKS:
+            raise ValueError(f"unknown sink {sink!r}; expected one of {SINKS}")
     own = spark is None
     if spark is None:
         spark = spark_session()
     fastrecover.spark.register(spark)
     tmp = tempfile.TemporaryDirectory(prefix="fastrecover-spark-bench-") if workdir is None else None
     base = Path(workdir or (tmp.name if tmp else "."))
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    runs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
     try:
-        for lag in lags:
-            per = runs.setdefault(str(lag), {s: [] for s in SOURCES})
-            for rep in range(repeats):
-                # Alternate which source goes first, so warm-up effects do not favour one.
-                order = SOURCES if rep % 2 == 0 else tuple(reversed(SOURCES))
-                for source in order:
-                    log.info("spark bench: lag %d, repeat %d, %s", lag, rep + 1, source)
-                    result = run_once(spark, bootstrap, source, lag, base)
-                    log.info(
-                        "spark bench: lag %d %s: first fresh %.2fs, drained %.2fs",
-                        lag,
-                        source,
-                        result["first_fresh_s"] or -1,
-                        result["drain_s"] or -1,
-                    )
-                    per[source].append(result)
+        for sink in sinks:
+            for lag in lags:
+                per = runs.setdefault(sink, {}).setdefault(str(lag), {s: [] for s in SOURCES})
+                for rep in range(repeats):
+                    # Alternate which source goes first, so warm-up effects do not favour one.
+                    order = SOURCES if rep % 2 == 0 else tuple(reversed(SOURCES))
+                    for source in order:
+                        log.info("spark bench: %s sink, lag %d, repeat %d, %s", sink, lag, rep + 1, source)
+                        result = run_once(spark, bootstrap, source, lag, base, sink)
+                        log.info(
+                            "spark bench: %s sink, lag %d, %s: first fresh %.2fs, drained %.2fs",
+                            sink,
+                            lag,
+                            source,
+                            result["first_fresh_s"] or -1,
+                            result["drain_s"] or -1,
+                        )
+                        per[source].append(result)
     finally:
         if own:
             spark.stop()
         if tmp is not None:
             tmp.cleanup()
     summary = {
-        lag: {
-            source: {
-                "first_fresh_s": _stats([r["first_fresh_s"] for r in rs]),
-                "drain_s": _stats([r["drain_s"] for r in rs]),
+        sink: {
+            lag: {
+                source: {
+                    "first_fresh_s": _stats([r["first_fresh_s"] for r in rs]),
+                    "drain_s": _stats([r["drain_s"] for r in rs]),
+                }
+                for source, rs in per.items()
             }
-            for source, rs in per.items()
+            for lag, per in by_lag.items()
         }
-        for lag, per in runs.items()
+        for sink, by_lag in runs.items()
     }
     return {
         "machine": machine(),
@@ -370,6 +397,8 @@ def run_spark_bench(
             "partitions": PARTITIONS,
             "fresh_rate_per_s": FRESH_RATE,
             "repeats": repeats,
+            "spark_sql_kafka": kafka_package_version(),
+            "spark_token_provider_kafka": os.environ.get("FASTRECOVER_SPARK_TOKEN_PROVIDER_VERSION"),
             "fastrecover_options": {
                 "maxBackfillOffsetsPerTrigger": BACKFILL_PER_TRIGGER,
                 "backfillTasks": BACKFILL_TASKS,
@@ -384,16 +413,17 @@ def run_spark_bench(
 def format_table(result: dict[str, Any]) -> str:
     """The summary as a Markdown table (medians, with min-max)."""
     lines = [
-        "| lag | source | restart -> first fresh record (s) | restart -> lag drained (s) |",
-        "| ---: | --- | --- | --- |",
+        "| sink | lag | source | restart -> first fresh record (s) | restart -> lag drained (s) |",
+        "| --- | ---: | --- | --- | --- |",
     ]
-    for lag, per in result["summary"].items():
-        for source, stats in per.items():
-            cells = []
-            for metric in ("first_fresh_s", "drain_s"):
-                s = stats[metric]
-                cells.append("n/a" if s["median"] is None else f"{s['median']} ({s['min']}-{s['max']})")
-            lines.append(f"| {int(lag):,} | {source} | {cells[0]} | {cells[1]} |")
+    for sink, by_lag in result["summary"].items():
+        for lag, per in by_lag.items():
+            for source, stats in per.items():
+                cells = []
+                for metric in ("first_fresh_s", "drain_s"):
+                    m = stats[metric]
+                    cells.append("n/a" if m["median"] is None else f"{m['median']} ({m['min']}-{m['max']})")
+                lines.append(f"| {sink} | {int(lag):,} | {source} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
@@ -402,6 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=os.environ.get("FASTRECOVER_BOOTSTRAP"))
     parser.add_argument("--lags", default="100000,1000000", help="comma-separated lags")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sinks", default="count", help="comma-separated: count, parquet")
     parser.add_argument("--json", help="write the full result here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -412,7 +443,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         broker = select_broker()
         args.bootstrap = broker.bootstrap
-    result = run_spark_bench(args.bootstrap, [int(x) for x in args.lags.split(",")], args.repeats)
+    result = run_spark_bench(
+        args.bootstrap,
+        [int(x) for x in args.lags.split(",")],
+        args.repeats,
+        sinks=[x.strip() for x in args.sinks.split(",") if x.strip()],
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     print(json.dumps(result["machine"]))
