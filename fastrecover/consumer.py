@@ -31,7 +31,7 @@ from fastrecover.child import BackfillChild, GapEvent, SkipEvent
 from fastrecover.codec import decode_mirror
 from fastrecover.config import child_config, is_cooperative, parse_bool, split_config
 from fastrecover.errors import CodecError, FencedError, StateError, StoreError, StoreUnavailableError
-from fastrecover.ranges import OffsetRange, RangeProgress, merged_committed, route_record, split_commit
+from fastrecover.ranges import OffsetRange, RangeProgress, merged_committed, route_record, split_commit, subtract
 from fastrecover.recovery import PartitionPlan, plan_partition
 from fastrecover.store import ProgressUpdate, RangeStore, open_store
 from fastrecover.tokens import Token, TopicPartitionKey
@@ -454,8 +454,14 @@ class Consumer:
                         progress.start, progress.end, key)
             if token.is_open:
                 held.append(self._book.add(token))
-        for span in plan.new_ranges:
+        pending = list(plan.new_ranges)
+        while pending:
+            span = pending.pop(0)
             token = store.create_range(self._group, key.topic, key.partition, span.start, span.end, self._owner)
+            if token.span != span:
+                # A range already starts here (typically a done one: its holder died between the store
+                # and the Kafka commit). It covers only its own span: the rest needs ranges of its own.
+                pending.extend(subtract(span, [token.span]))
             if token.owner != self._owner or not token.is_open:
                 token = store.claim(token.id, self._owner)
             if token.is_open:
