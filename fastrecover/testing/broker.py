@@ -262,9 +262,7 @@ class EnvBroker(Broker):
         try:
             wait_until_serving(self._bootstrap, Deadline(self._ready_timeout))
         except TimeoutError as exc:
-            raise RuntimeError(
-                f"the broker named by ${self._source}={self._bootstrap} does not answer: {exc}"
-            ) from exc
+            raise RuntimeError(f"the broker named by ${self._source}={self._bootstrap} does not answer: {exc}") from exc
         self.last_start_seconds = time.monotonic() - began
 
     def stop(self, *, graceful: bool = True, timeout: float = 30.0) -> None:
@@ -375,6 +373,8 @@ class LocalJarBroker(Broker):
         if self._workdir is not None:
             if os.environ.get("FASTRECOVER_KEEP_BROKER_DIR"):
                 _log.info("keeping broker dir %s (FASTRECOVER_KEEP_BROKER_DIR is set)", self._workdir)
+                # Without an owner it is never mistaken for an abandoned dir.
+                (self._workdir / _OWNER_FILE).unlink(missing_ok=True)
             else:
                 shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -395,7 +395,9 @@ class LocalJarBroker(Broker):
         self._libs = ensure_kafka_jars(self.version, self._cache_dir)
         self.version = _version_from_jars(self._libs) or self.version
         self._cds_archive = _cds_archive_path(self._libs)
-        workdir = Path(tempfile.mkdtemp(prefix="fastrecover-kafka-"))
+        _remove_abandoned_workdirs()
+        workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
+        (workdir / _OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
         self._workdir = workdir
         if not self._atexit_registered:
             atexit.register(self.close)
@@ -438,8 +440,7 @@ class LocalJarBroker(Broker):
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if result.returncode != 0:
             raise RuntimeError(
-                f"kafka StorageTool format failed (exit {result.returncode}):\n"
-                f"{result.stdout}\n{result.stderr}"
+                f"kafka StorageTool format failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
             )
 
     def _jvm_options(self, *, dump_cds: bool = False) -> list[str]:
@@ -881,9 +882,7 @@ def ensure_kafka_jars(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | No
             )
         shutil.rmtree(libs, ignore_errors=True)
         scratch.rename(libs)
-        marker.write_text(
-            f"kafka {version} resolved {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n", encoding="utf-8"
-        )
+        marker.write_text(f"kafka {version} resolved {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n", encoding="utf-8")
         _log.info("resolved Kafka %s jars in %.1f s", version, time.monotonic() - began)
     return libs
 
@@ -955,9 +954,7 @@ def _java() -> str:
             return str(candidate)
     java = shutil.which("java")
     if java is None:
-        raise RuntimeError(
-            "`java` (17+) is not on PATH and JAVA_HOME is not set: cannot run the local Kafka broker"
-        )
+        raise RuntimeError("`java` (17+) is not on PATH and JAVA_HOME is not set: cannot run the local Kafka broker")
     return java
 
 
@@ -982,6 +979,37 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+_WORKDIR_PREFIX = "fastrecover-kafka-"
+_OWNER_FILE = "owner.pid"
+
+
+def _remove_abandoned_workdirs() -> None:
+    """Delete broker dirs left by processes that died without cleaning up (crash, SIGKILL).
+
+    Their brokers are already gone (see :func:`_orphan_guard`), but each dir
+    holds logs and data; only dirs whose owning process no longer exists are touched.
+    """
+    for path in Path(tempfile.gettempdir()).glob(_WORKDIR_PREFIX + "*"):
+        try:
+            owner = int((path / _OWNER_FILE).read_text(encoding="ascii").strip())
+        except (OSError, ValueError):
+            continue
+        if owner == os.getpid() or _pid_alive(owner):
+            continue
+        _log.info("removing broker dir %s abandoned by dead process %d", path, owner)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _orphan_guard() -> list[str]:
@@ -1053,9 +1081,7 @@ def create_topic(
     deadline = Deadline(timeout)
     topic = NewTopic(name, partitions, replication_factor, config=dict(config or {}))
     try:
-        admin.create_topics([topic], request_timeout=min(timeout, 30.0))[name].result(
-            timeout=deadline.remaining()
-        )
+        admin.create_topics([topic], request_timeout=min(timeout, 30.0))[name].result(timeout=deadline.remaining())
     except KafkaException as exc:
         if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
             raise
@@ -1067,9 +1093,7 @@ def delete_topic(bootstrap: str, name: str, *, missing_ok: bool = True, timeout:
     admin = _admin(bootstrap)
     deadline = Deadline(timeout)
     try:
-        admin.delete_topics([name], request_timeout=min(timeout, 30.0))[name].result(
-            timeout=deadline.remaining()
-        )
+        admin.delete_topics([name], request_timeout=min(timeout, 30.0))[name].result(timeout=deadline.remaining())
     except KafkaException as exc:
         if not (missing_ok and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise
@@ -1141,9 +1165,7 @@ def produce(
         raise RuntimeError(f"producing to {topic} failed: " + "; ".join(errors[:5]))
     delivered = [r for r in results if r is not None]
     if len(delivered) != len(results):
-        raise RuntimeError(
-            f"producing to {topic}: {len(results) - len(delivered)} record(s) got no delivery report"
-        )
+        raise RuntimeError(f"producing to {topic}: {len(results) - len(delivered)} record(s) got no delivery report")
     return delivered
 
 
@@ -1157,9 +1179,7 @@ def group_is_empty(bootstrap: str, group: str, *, timeout: float = 10.0) -> bool
     deadline = Deadline(timeout)
     while True:
         try:
-            future = admin.describe_consumer_groups([group], request_timeout=min(5.0, max(0.1, timeout)))[
-                group
-            ]
+            future = admin.describe_consumer_groups([group], request_timeout=min(5.0, max(0.1, timeout)))[group]
             description = future.result(timeout=max(0.1, deadline.remaining()))
             return len(description.members) == 0
         except KafkaException as exc:
@@ -1173,9 +1193,7 @@ def group_is_empty(bootstrap: str, group: str, *, timeout: float = 10.0) -> bool
             ):
                 raise
             if deadline.expired():
-                raise TimeoutError(
-                    f"describing group {group} kept failing for {timeout:g} s: {error}"
-                ) from exc
+                raise TimeoutError(f"describing group {group} kept failing for {timeout:g} s: {error}") from exc
             time.sleep(min(0.2, deadline.remaining()))
 
 
@@ -1190,9 +1208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="extra broker setting (repeatable)"
     )
-    parser.add_argument(
-        "--version", default=DEFAULT_KAFKA_VERSION, help="Apache Kafka version for local jars"
-    )
+    parser.add_argument("--version", default=DEFAULT_KAFKA_VERSION, help="Apache Kafka version for local jars")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
