@@ -144,8 +144,10 @@ class ChaosResult:
 class WorkerProc:
     """One incarnation: the worker subprocess and the events it printed (also saved to a file)."""
 
-    def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str],
+                 commit_mode: str = "") -> None:
         self.name = name
+        self.commit_mode = commit_mode
         self.member = name.split("#", 1)[0]
         safe = name.replace("#", "-")
         self.ledger = workdir / "ledger" / f"{safe}.ledger"
@@ -321,8 +323,7 @@ class ChaosDriver:
         if faults and self.faults_for is not None:
             argv += self.faults_for(self, name)
         argv += [*extra, "--member", name]
-        proc = WorkerProc(name, argv, self.workdir, self._env)
-        proc.commit_mode = mode  # type: ignore[attr-defined]
+        proc = WorkerProc(name, argv, self.workdir, self._env, mode)
         self.procs.append(proc)
         member.proc = proc
         member.restart_at = None
@@ -568,7 +569,7 @@ class ChaosDriver:
                              drain_end - chaos_end, passes, incs, stalls_missed=self.stalls_missed,
                              notes=list(self.notes))
         for p in self.procs:
-            result.commit_modes[getattr(p, "commit_mode", "?")] += 1
+            result.commit_modes[p.commit_mode] += 1
             for e in p.count("stalled"):
                 result.stalls[str(e.get("point"))] += 1
             result.child_failures += len(p.count("child-failure-injected"))
