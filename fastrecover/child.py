@@ -189,6 +189,13 @@ class _Reader:
         self.last_read: dict[TopicPartitionKey, int] = {}
         self.user_paused: set[TopicPartitionKey] = set()
         self.bp_paused = False
+        # (topic, partition) -> the key object self.work holds: the hot loop then builds no
+        # dataclass per record and dict lookups hit by identity (no dataclass __eq__)
+        self._keys: dict[tuple[str | None, int | None], TopicPartitionKey] = {}
+
+    def _key(self, msg: Message) -> TopicPartitionKey:
+        key = self._keys.get((msg.topic(), msg.partition()))
+        return key if key is not None else _key_of(msg)
 
     def run(self) -> None:
         child = self.child
@@ -238,6 +245,7 @@ class _Reader:
             queue = self.work.get(item.key)
             if queue is None:
                 self.work[item.key] = deque([item])
+                self._keys[(item.key.topic, item.key.partition)] = item.key
                 self._start(item)
             elif all(w.token_id != item.token_id for w in queue):
                 queue.append(item)
@@ -316,7 +324,7 @@ class _Reader:
             if err is not None:
                 self._on_error(msg, err)
                 continue
-            key = _key_of(msg)
+            key = self._key(msg)
             queue = self.work.get(key)
             if not queue or key in finished:
                 continue
