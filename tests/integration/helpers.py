@@ -67,3 +67,13 @@ def crash_after_commit(bootstrap: str, topic: str, group: str, store_url: str, t
     finally:
         worker.sigkill()
     wait_for(lambda: group_is_empty(bootstrap, group), 30, 0.2, "the killed member to leave the group")
+
+
+def consume_until(consumer: Consumer, sink: list[Message], done: Any, timeout: float, what: str) -> None:
+    """Like :func:`poll_until` but in consume() batches, for draining many records quickly."""
+
+    def step() -> bool:
+        sink.extend(m for m in consumer.consume(500, 0.2) if m.error() is None)
+        return bool(done())
+
+    wait_for(step, timeout, interval=0.001, what=what)

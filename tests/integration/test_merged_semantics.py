@@ -14,7 +14,13 @@ from fastrecover import Consumer, StateError
 from fastrecover.store import open_store
 from fastrecover.testing.broker import produce
 from fastrecover.testing.waiting import wait_for
-from tests.integration.helpers import crash_after_commit, group_offsets, parallel_config, poll_until
+from tests.integration.helpers import (
+    consume_until,
+    crash_after_commit,
+    group_offsets,
+    parallel_config,
+    poll_until,
+)
 
 
 def _drain(consumer: Any, count: int, timeout: float = 60) -> list[tuple[int, int, bytes]]:
@@ -118,8 +124,8 @@ def test_pause_resume_stops_both_consumers(bootstrap: str, topic_factory: Any, u
                 quiet.append(msg)
         assert child.records_delivered - before <= 20, "the paused child reads at most one in-flight batch"
         consumer.resume(tp)
-        poll_until(consumer, got, lambda: {m.offset() for m in got + quiet} >= set(range(20, 3000)), 60,
-                   "everything after resume")
+        consume_until(consumer, got, lambda: {m.offset() for m in got + quiet} >= set(range(20, 3000)), 60,
+                      "everything after resume")
     finally:
         consumer.close()
 

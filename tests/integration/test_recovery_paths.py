@@ -16,7 +16,7 @@ from fastrecover.ranges import OffsetRange
 from fastrecover.store import open_store
 from fastrecover.testing.broker import group_is_empty, produce
 from fastrecover.testing.waiting import wait_for
-from tests.integration.helpers import SESSION_MS, crash_after_commit, parallel_config, poll_until
+from tests.integration.helpers import SESSION_MS, consume_until, crash_after_commit, parallel_config, poll_until
 from tests.integration.procs import WorkerProcess
 
 
@@ -254,7 +254,7 @@ def test_backpressure_bounds_the_child_queue(bootstrap: str, topic_factory: Any,
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(20)], partition=0)
     crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=20)
-    produce(bootstrap, topic, [b"x" * 100] * 20000, partition=0)
+    produce(bootstrap, topic, [b"x" * 100] * 5000, partition=0)
     limit, batch = 200, 50
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
         "fastrecover.backfill.queue.max.messages": limit, "fastrecover.backfill.batch.size": batch}))
@@ -272,6 +272,6 @@ def test_backpressure_bounds_the_child_queue(bootstrap: str, topic_factory: Any,
         wait_for(lambda: child.backpressured, 30, 0.01, "the child to pause its partitions")
         assert child.records_delivered <= high + batch
         assert child.pending() <= limit + batch
-        poll_until(consumer, got, lambda: len({m.offset() for m in got}) >= 20010, 120, "drain everything")
+        consume_until(consumer, got, lambda: len({m.offset() for m in got}) >= 5010, 120, "drain everything")
     finally:
         consumer.close()
