@@ -564,6 +564,9 @@ class Consumer:
     def poll(self, timeout: float | None = None) -> Message | None:
         if self._auto_store:
             self._settle()
+        elif self._unsettled_primary or self._unsettled_child:
+            # Without the auto offset store nothing reads them: do not keep every record.
+            self._unsettled_primary, self._unsettled_child = [], []
         now = time.monotonic()
         if now >= self._next_tick:
             self._tick(now)
@@ -602,6 +605,9 @@ class Consumer:
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         if self._auto_store:
             self._settle()
+        elif self._unsettled_primary or self._unsettled_child:
+            # Without the auto offset store nothing reads them: do not keep every record.
+            self._unsettled_primary, self._unsettled_child = [], []
         now = time.monotonic()
         if now >= self._next_tick:
             self._tick(now)

@@ -22,15 +22,15 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
     crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 400)], partition=0)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50, 2000)], partition=0)
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"enable.auto.offset.store": False}))
     store = open_store(store_url)
     try:
         consumer.subscribe([topic])
         got: list[Message] = []
         consume_until(consumer, got, lambda: len(got) >= 1, 60, "the first record after the restart")
-        produce(bootstrap, topic, [f"live{i}" for i in range(50)], partition=0)  # for the primary: 400..449
-        consume_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 450)), 60,
+        produce(bootstrap, topic, [f"live{i}" for i in range(50)], partition=0)  # for the primary: 2000..2049
+        consume_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 2050)), 60,
                       "the backfill and the live records")
         for _ in range(5):
             consumer.consume(500, 0.05)
@@ -40,7 +40,7 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
         for msg in got:
             consumer.store_offsets(message=msg)
         consumer.commit(asynchronous=False)
-        assert group_offsets(bootstrap, unique_group, topic)[0].offset == 450
+        assert group_offsets(bootstrap, unique_group, topic)[0].offset == 2050
         assert store.open_ranges(unique_group) == []
     finally:
         store.close()
