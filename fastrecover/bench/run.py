@@ -109,6 +109,18 @@ def kafka_version(bootstrap: str, broker: Broker | None) -> str:
     return os.environ.get("FASTRECOVER_KAFKA_VERSION", "unknown")
 
 
+def code_version() -> str:
+    """``git describe`` of the checkout this runs from (``-dirty`` when it has uncommitted changes)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def machine_info(bootstrap: str, broker: Broker | None) -> dict[str, Any]:
     import confluent_kafka
 
@@ -123,6 +135,7 @@ def machine_info(bootstrap: str, broker: Broker | None) -> dict[str, Any]:
         "kafka_version": kafka_version(bootstrap, broker),
         "broker": broker.describe() if broker is not None else f"external broker at {bootstrap}",
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "fastrecover_code": code_version(),
     }
 
 
@@ -301,7 +314,8 @@ def _doc_block(result: Mapping[str, Any], doc: Path, out: Path) -> str:
         "",
         f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB RAM, {m['platform']}; "
         f"Python {m['python']}, confluent-kafka {m['confluent_kafka']} / librdkafka {m['librdkafka']}; "
-        f"Kafka {m['kafka_version']} ({m['broker']}); load average at start {m['loadavg_start']}.",
+        f"Kafka {m['kafka_version']} ({m['broker']}); load average at start {m['loadavg_start']}, "
+        f"at the end {m.get('loadavg_end', '?')}; fastrecover {m.get('fastrecover_code', '?')}.",
         "",
         f"Cells are `median (min-max)` over the repeats; raw runs in [{js}]({js}).",
     ]
