@@ -9,15 +9,12 @@ with ``enable.parallel.rebalance``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,8 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
-
-from confluent_kafka import Producer
 
 from fastrecover.testing.broker import (
     Broker,
@@ -36,10 +31,13 @@ from fastrecover.testing.broker import (
     group_is_empty,
     select_broker,
 )
+from fastrecover.testing.driver import EventProcess, SteadyProducer
 from fastrecover.testing.mock_cluster import MockCluster
 from fastrecover.testing.waiting import Deadline, wait_for
 
 log = logging.getLogger("fastrecover.demo")
+
+_WORKER = "fastrecover.testing.worker"
 
 
 @dataclass(frozen=True)
@@ -48,71 +46,6 @@ class DemoResult:
     lag: int
     time_to_fresh_s: float
     backfill_drained_s: float | None
-
-
-class _SteadyProducer:
-    """Writes ``rate`` records/s round-robin over the partitions until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self._topic, self._rate = topic, rate
-        self._stop = threading.Event()
-        self.sent = 0
-        self._thread = threading.Thread(target=self._run, name="demo-producer", daemon=True)
-
-    def __enter__(self) -> _SteadyProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self._producer.flush(30)
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        while not self._stop.is_set():
-            due = int((time.monotonic() - start) * self._rate)
-            while self.sent < due:
-                self._producer.produce(self._topic, value=b"%d" % self.sent)
-                self.sent += 1
-                if self.sent % 1000 == 0:
-                    self._producer.poll(0)
-            self._producer.poll(0.005)
-
-
-class _Worker:
-    """A ``fastrecover.testing.worker`` process whose JSON events we follow."""
-
-    def __init__(self, args: list[str], log_file: TextIO) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "fastrecover.testing.worker", *args],
-                                     stdout=subprocess.PIPE, stderr=log_file, text=True)
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            with self._lock:
-                self.events.append(event)
-
-    def event(self, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            return next((e for e in self.events if e["event"] == name), None)
-
-    def latest(self, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            return next((e for e in reversed(self.events) if e["event"] == name), None)
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        self.proc.wait(30)
 
 
 def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_seconds: float, work_us: int,
@@ -131,8 +64,8 @@ def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_
         print(f"  [{'parallel' if parallel else 'plain   '}] {text}", file=out, flush=True)
 
     try:
-        with _SteadyProducer(bootstrap, topic, rate) as producer, open(workdir / f"{topic}.log", "w") as wlog:
-            first = _Worker(base, wlog)
+        with SteadyProducer(bootstrap, topic, rate) as producer, open(workdir / f"{topic}.log", "w") as wlog:
+            first = EventProcess(_WORKER, base, wlog)
 
             def warmed_up() -> bool:
                 return int((first.latest("progress") or {}).get("finished", 0)) >= rate * 2
@@ -151,7 +84,7 @@ def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_
             restart_wall = time.time()
             lag_estimate = producer.sent - killed_at
             say(f"restarting the consumer; about {lag_estimate} records arrived while it was down")
-            second = _Worker([*base, "--first-fresh-after", f"{restart_wall:.3f}"], wlog)
+            second = EventProcess(_WORKER, [*base, "--first-fresh-after", f"{restart_wall:.3f}"], wlog)
 
             def fresh_seen() -> dict[str, Any]:
                 return second.event("fresh") or {}
