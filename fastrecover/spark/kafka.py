@@ -63,6 +63,7 @@ class LogView:
         self._conf = dict(conf)
         self._timeout = timeout_s
         self._admin: Any = None
+        self._missing: set[str] = set()
 
     def _client(self) -> Any:
         if self._admin is None:
@@ -78,12 +79,15 @@ class LogView:
         for topic in topics:
             meta = self._client().list_topics(topic=topic, timeout=self._timeout).topics.get(topic)
             if meta is None or meta.error is not None:
-                log.warning(
-                    "topic %s has no metadata (%s); it has no partitions to read yet",
-                    topic,
-                    None if meta is None else meta.error,
-                )
+                if topic not in self._missing:  # once, not on every trigger
+                    self._missing.add(topic)
+                    log.warning(
+                        "topic %s has no metadata (%s); it has no partitions to read yet",
+                        topic,
+                        None if meta is None else meta.error,
+                    )
                 continue
+            self._missing.discard(topic)
             out.extend(TopicPartitionKey(topic, p) for p in sorted(meta.partitions))
         return out
 

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyspark  # noqa: F401  (fail loudly, not skip, when PySpark is missing)
 import pytest
 from pyspark.sql import SparkSession
 
 import fastrecover.spark
+from tests.spark.helpers import Sink
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -45,45 +43,6 @@ def spark() -> Iterator[SparkSession]:
     fastrecover.spark.register(session)
     yield session
     session.stop()
-
-
-@dataclass(frozen=True)
-class Row:
-    partition: int
-    offset: int
-    backfill: bool
-    value: str
-
-
-@dataclass
-class Sink:
-    """What foreachBatch saw: every attempt of every batch id, in arrival order."""
-
-    attempts: list[tuple[int, list[Row]]] = field(default_factory=list)
-    fail_batches: set[int] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        rows = [
-            Row(r.partition, r.offset, r.backfill, (r.value or b"").decode())
-            for r in df.select("partition", "offset", "backfill", "value").collect()
-        ]
-        with self.lock:
-            self.attempts.append((batch_id, rows))
-            if batch_id in self.fail_batches:
-                self.fail_batches.discard(batch_id)
-                raise RuntimeError(f"sink fails batch {batch_id} once (test)")
-
-    def rows(self) -> list[Row]:
-        with self.lock:
-            return [r for _, rows in self.attempts for r in rows]
-
-    def batches(self) -> list[tuple[int, list[Row]]]:
-        with self.lock:
-            return list(self.attempts)
-
-    def count(self) -> int:
-        return len(self.rows())
 
 
 @pytest.fixture

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,6 @@ from pyspark.sql.streaming import StreamingQuery
 
 from fastrecover.spark.offsets import SourceOffset, batch_pieces
 from fastrecover.testing.waiting import wait_for
-from tests.spark.conftest import Row, Sink
 
 
 def stream(spark: SparkSession, bootstrap: str, topic: str, store_url: str, query: str, **options: Any) -> DataFrame:
@@ -75,3 +76,42 @@ def keys(rows: Iterable[Row]) -> list[tuple[int, int]]:
 
 def duplicates(rows: Iterable[Row]) -> list[tuple[int, int]]:
     return sorted(k for k, n in Counter((r.partition, r.offset) for r in rows).items() if n > 1)
+
+
+@dataclass(frozen=True)
+class Row:
+    partition: int
+    offset: int
+    backfill: bool
+    value: str
+
+
+@dataclass
+class Sink:
+    """What foreachBatch saw: every attempt of every batch id, in arrival order."""
+
+    attempts: list[tuple[int, list[Row]]] = field(default_factory=list)
+    fail_batches: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [
+            Row(r.partition, r.offset, r.backfill, (r.value or b"").decode())
+            for r in df.select("partition", "offset", "backfill", "value").collect()
+        ]
+        with self.lock:
+            self.attempts.append((batch_id, rows))
+            if batch_id in self.fail_batches:
+                self.fail_batches.discard(batch_id)
+                raise RuntimeError(f"sink fails batch {batch_id} once (test)")
+
+    def rows(self) -> list[Row]:
+        with self.lock:
+            return [r for _, rows in self.attempts for r in rows]
+
+    def batches(self) -> list[tuple[int, list[Row]]]:
+        with self.lock:
+            return list(self.attempts)
+
+    def count(self) -> int:
+        return len(self.rows())

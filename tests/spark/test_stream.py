@@ -15,8 +15,8 @@ from fastrecover.store import open_store
 from fastrecover.testing.broker import Record, produce
 from fastrecover.testing.waiting import wait_for
 from fastrecover.tokens import TokenState
-from tests.spark.conftest import Sink
 from tests.spark.helpers import (
+    Sink,
     checkpoint_offset,
     duplicates,
     keys,
