@@ -202,6 +202,10 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             ends = {k: b.high for k, b in bounds.items()}
         seen = discover(begin, bounds)
         budget = backfill_budget(limit, self.options.max_backfill)
+        if self._first_plan and budget is None:
+            # ReadAllAvailable (Trigger.Once, or the engine's own choice): everything in this one
+            # batch, so a jump would only reorder records inside it.
+            self._first_plan = False
         if self._first_plan:
             end = self._recovery_batch(seen, ends)
             if end is _HOLD:
