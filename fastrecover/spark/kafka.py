@@ -44,7 +44,6 @@ RANGE_READ_DEFAULTS: Mapping[str, Any] = {
     "group.id": "fastrecover-spark-reader",
 }
 _CONSUME_BATCH = 5000
-_ARROW_ROWS = 10_000
 
 
 class DataLossError(FastRecoverError):
@@ -144,48 +143,27 @@ def _drop_consumer(conf: Mapping[str, str]) -> None:
             log.debug("closing a range-read consumer: %r", exc)
 
 
-class _Columns:
-    """Column buffers of one Arrow batch in the source schema."""
+def _arrow_batch(msgs: list[Message], piece: Piece, schema: Any) -> Any:
+    """One Arrow batch in the source schema from messages of one piece (column by column: no per-row work
+    beyond reading the message fields)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
 
-    def __init__(self) -> None:
-        self.key: list[bytes | None] = []
-        self.value: list[bytes | None] = []
-        self.topic: list[str] = []
-        self.partition: list[int] = []
-        self.offset: list[int] = []
-        self.timestamp: list[int | None] = []
-        self.timestamp_type: list[int] = []
-        self.backfill: list[bool] = []
-
-    def __len__(self) -> int:
-        return len(self.offset)
-
-    def add(self, msg: Message, backfill: bool) -> None:
-        ts_type, ts = msg.timestamp()
-        self.key.append(msg.key())
-        self.value.append(msg.value())
-        self.topic.append(msg.topic() or "")
-        self.partition.append(msg.partition() or 0)
-        self.offset.append(msg.offset() or 0)
-        self.timestamp.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts * 1000)
+    n = len(msgs)
+    stamps = [m.timestamp() for m in msgs]
+    arrays = [
+        pa.array([m.key() for m in msgs], type=pa.binary()),
+        pa.array([m.value() for m in msgs], type=pa.binary()),
+        pa.array([piece.topic] * n, type=pa.string()),
+        pa.array([piece.partition] * n, type=pa.int32()),
+        pa.array([m.offset() for m in msgs], type=pa.int64()),
+        pa.array([None if t == TIMESTAMP_NOT_AVAILABLE else ms * 1000 for t, ms in stamps], type=pa.int64()).cast(
+            schema.field("timestamp").type
+        ),
         # Kafka's TimestampType ids, as Spark's Kafka source reports them: CreateTime 0, LogAppendTime 1.
-        self.timestamp_type.append(ts_type - 1)
-        self.backfill.append(backfill)
-
-    def batch(self, schema: Any) -> Any:
-        import pyarrow as pa  # type: ignore[import-untyped]
-
-        arrays = [
-            pa.array(self.key, type=pa.binary()),
-            pa.array(self.value, type=pa.binary()),
-            pa.array(self.topic, type=pa.string()),
-            pa.array(self.partition, type=pa.int32()),
-            pa.array(self.offset, type=pa.int64()),
-            pa.array(self.timestamp, type=pa.int64()).cast(schema.field("timestamp").type),
-            pa.array(self.timestamp_type, type=pa.int32()),
-            pa.array(self.backfill, type=pa.bool_()),
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        pa.array([t - 1 for t, _ in stamps], type=pa.int32()),
+        pa.array([piece.backfill] * n, type=pa.bool_()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def read_pieces(
@@ -204,17 +182,11 @@ def read_pieces(
     when ``fail_on_data_loss`` is false, as Spark's failOnDataLoss option does.
     """
     consumer = _consumer(conf)
-    columns = _Columns()
     ok = False
     try:
         for piece in pieces:
-            for msg in _read_piece(consumer, piece, fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s):
-                columns.add(msg, piece.backfill)
-                if len(columns) >= _ARROW_ROWS:
-                    yield columns.batch(arrow_schema)
-                    columns = _Columns()
-        if len(columns):
-            yield columns.batch(arrow_schema)
+            for chunk in _read_piece(consumer, piece, fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s):
+                yield _arrow_batch(chunk, piece, arrow_schema)
         ok = True
     finally:
         try:
@@ -236,7 +208,8 @@ def _lost(piece: Piece, start: int, low: int, fail_on_data_loss: bool) -> None:
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
 
 
-def _read_piece(consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout_s: float) -> Iterator[Message]:
+def _read_piece(consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout_s: float) -> Iterator[list[Message]]:
+    """The records of ``piece`` in offset order, a list per fetch."""
     tp = TopicPartition(piece.topic, piece.partition)
     start = piece.start
     low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
@@ -256,6 +229,7 @@ def _read_piece(consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout
             )
         messages = consumer.consume(_CONSUME_BATCH, 0.5)
         progressed = False
+        chunk: list[Message] = []
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -267,7 +241,7 @@ def _read_piece(consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout
                         _lost(piece, position, low, fail_on_data_loss)
                         position = low
                         if position >= piece.end:
-                            return
+                            break
                         consumer.assign([TopicPartition(piece.topic, piece.partition, position)])
                         progressed = True
                         continue
@@ -287,7 +261,9 @@ def _read_piece(consumer: Any, piece: Piece, *, fail_on_data_loss: bool, timeout
                 break
             position = offset + 1
             progressed = True
-            yield msg
+            chunk.append(msg)
+        if chunk:
+            yield chunk
         if position < piece.end:
             # Control records and compacted-away offsets never arrive as messages:
             # the consumer's position still moves past them.
