@@ -9,7 +9,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
-from fastrecover.testing.broker import group_is_empty
+from fastrecover.testing.broker import group_is_empty, produce
 from fastrecover.testing.waiting import wait_for
 from tests.integration.procs import WorkerProcess
 
@@ -50,6 +50,15 @@ def poll_until(consumer: Consumer, sink: list[Message], done: Any, timeout: floa
         return bool(done())
 
     wait_for(step, timeout, interval=0.001, what=what)
+
+
+def lag_after_crash(bootstrap: str, topic: str, group: str, store_url: str, tmp_path: Path, *,
+                    produced: int, commit_at: int, block_at: int, log_end: int) -> None:
+    """The KIP's set-up on partition 0: ``produced`` records, a worker that commits ``commit_at``
+    and is SIGKILLed at ``block_at``, then the log grows to ``log_end`` while nobody consumes."""
+    produce(bootstrap, topic, [f"r{i}" for i in range(produced)], partition=0)
+    crash_after_commit(bootstrap, topic, group, store_url, tmp_path, commit_at=commit_at, block_at=block_at)
+    produce(bootstrap, topic, [f"r{i}" for i in range(produced, log_end)], partition=0)
 
 
 def crash_after_commit(bootstrap: str, topic: str, group: str, store_url: str, tmp_path: Path,

@@ -14,15 +14,14 @@ from confluent_kafka import Message
 from fastrecover import Consumer
 from fastrecover.store import open_store
 from fastrecover.testing.broker import produce
-from tests.integration.helpers import consume_until, crash_after_commit, group_offsets, parallel_config
+from tests.integration.helpers import consume_until, group_offsets, lag_after_crash, parallel_config
 
 
 def test_manual_store_keeps_no_records_and_commits_what_was_stored(
         bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 2000)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
+                    block_at=50, log_end=2000)
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"enable.auto.offset.store": False}))
     store = open_store(store_url)
     try:

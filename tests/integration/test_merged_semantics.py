@@ -16,8 +16,8 @@ from fastrecover.testing.broker import produce
 from fastrecover.testing.waiting import wait_for
 from tests.integration.helpers import (
     consume_until,
-    crash_after_commit,
     group_offsets,
+    lag_after_crash,
     parallel_config,
     poll_until,
 )
@@ -67,9 +67,8 @@ def test_default_off_is_the_plain_consumer(bootstrap: str, topic_factory: Any, t
 def test_consume_batches_merge_both_streams_and_commit_both_logs(
         bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 500)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
+                    block_at=50, log_end=500)
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     try:
         consumer.subscribe([topic])
@@ -101,9 +100,8 @@ def test_consume_batches_merge_both_streams_and_commit_both_logs(
 def test_pause_resume_stops_both_consumers(bootstrap: str, topic_factory: Any, unique_group: str,
                                            store_url: str, tmp_path: Path) -> None:
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 3000)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
+                    block_at=50, log_end=3000)
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
         "fastrecover.backfill.queue.max.messages": 100, "fastrecover.backfill.batch.size": 20}))
     try:
@@ -133,9 +131,8 @@ def test_pause_resume_stops_both_consumers(bootstrap: str, topic_factory: Any, u
 def test_auto_commit_commits_only_records_returned_by_an_earlier_poll(
         bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 400)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
+                    block_at=50, log_end=400)
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
         "enable.auto.commit": True, "auto.commit.interval.ms": 200}))
     store = open_store(store_url)

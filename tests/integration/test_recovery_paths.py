@@ -16,7 +16,14 @@ from fastrecover.ranges import OffsetRange
 from fastrecover.store import open_store
 from fastrecover.testing.broker import group_is_empty, produce
 from fastrecover.testing.waiting import wait_for
-from tests.integration.helpers import SESSION_MS, consume_until, crash_after_commit, parallel_config, poll_until
+from tests.integration.helpers import (
+    SESSION_MS,
+    consume_until,
+    crash_after_commit,
+    lag_after_crash,
+    parallel_config,
+    poll_until,
+)
 from tests.integration.procs import WorkerProcess
 
 
@@ -29,9 +36,8 @@ def test_child_crash_mid_range_resumes_from_committed(bootstrap: str, topic_fact
                                                        store_url: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(100)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=40)
-    produce(bootstrap, topic, [f"r{i}" for i in range(100, 1000)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20,
+                    block_at=40, log_end=1000)
 
     original = child_module._Reader._handle
     calls = {"n": 0}
@@ -71,9 +77,8 @@ def test_process_killed_mid_backfill_resumes_range(bootstrap: str, topic_factory
                                                    store_url: str, tmp_path: Path) -> None:
     """A SIGKILL while the child is mid-range: the next process resumes the range at its committed offset."""
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 300)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=10,
+                    block_at=50, log_end=300)
     # second process: recovers [10, 300), commits each record, is SIGKILLed mid-range at 110
     worker = WorkerProcess(
         ["--bootstrap", bootstrap, "--topic", topic, "--group", unique_group, "--parallel",
@@ -181,9 +186,8 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(bootstrap: str, topic_f
     store_path = tmp_path / "store.db"
     url = f"sqlite:///{store_path}"
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, url, tmp_path, commit_at=30, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 200)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, url, tmp_path, produced=50, commit_at=30,
+                    block_at=50, log_end=200)
 
     first = Consumer(parallel_config(bootstrap, unique_group, url))
     first.subscribe([topic])
@@ -224,9 +228,8 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(bootstrap: str, topic_f
 def test_retention_gap_is_counted_on_the_token(bootstrap: str, topic_factory: Any, unique_group: str,
                                                store_url: str, tmp_path: Path) -> None:
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
-    crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=50)
-    produce(bootstrap, topic, [f"r{i}" for i in range(50, 200)], partition=0)
+    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=10,
+                    block_at=50, log_end=200)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.delete_records([TopicPartition(topic, 0, 60)]).values():
         fut.result(timeout=30)  # retention removes 10..59 before the restart
