@@ -60,6 +60,7 @@ def result_rows(r: ChaosResult) -> list[tuple[str, str]]:
         ("topics x partitions, rate", f"{len(r.topics)} x {c.partitions}, {c.rate:g} records/s"),
         ("commit styles (incarnations)", _counter(r.commit_modes)),
         ("kills at a stall point", _counter(r.stalls)),
+        ("stall points not reached (killed at a random time)", str(r.stalls_missed)),
         ("child threads failed on purpose", str(r.child_failures)),
         ("recoveries with ranges / degraded", f"{r.recoveries} / {r.degraded_recoveries}"),
         ("commits that failed (and were retried)", _counter(r.commit_failures)),
