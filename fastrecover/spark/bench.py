@@ -42,7 +42,7 @@ from confluent_kafka import Producer
 log = logging.getLogger("fastrecover.spark")
 
 SOURCES = ("spark-kafka", "fastrecover")
-SINKS = ("count", "parquet")
+SINKS = ("count", "parquet", "python-udf")
 PARTITIONS = 2
 FRESH_RATE = 500  # fresh records per second during the restart
 RUN_TIMEOUT_S = 900.0
@@ -67,6 +67,8 @@ class _Tally:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: None: the sink only counts; a path: it also appends every batch there as Parquet.
     parquet: str | None = None
+    #: The sink also runs a Python UDF over every record (the per-record cost of a PySpark pipeline).
+    python_udf: bool = False
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -74,10 +76,13 @@ class _Tally:
         if self.parquet is not None:
             df = df.persist()
             df.write.mode("append").parquet(self.parquet)
+        aggregates = [F.count(F.lit(1)).alias("n")]
+        if self.python_udf:
+            aggregates.append(F.sum(F.length(_digest_udf()(F.col("value")))).alias("digest_chars"))
         counts = {
             row["kind"]: row["n"]
             for row in df.groupBy(F.expr("substring(cast(value as string), 1, 1)").alias("kind"))
-            .agg(F.count(F.lit(1)).alias("n"))
+            .agg(*aggregates)
             .collect()
         }
         if self.parquet is not None:
@@ -97,6 +102,19 @@ class _Tally:
     def done(self) -> bool:
         with self.lock:
             return self.first_fresh_s is not None and self.drained_s is not None
+
+
+def _digest_udf() -> Any:
+    """A Python UDF hashing each record's value: a typical per-record PySpark transformation."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    def digest(value: bytes | None) -> str:
+        import hashlib
+
+        return hashlib.sha256(value or b"").hexdigest()
+
+    return F.udf(digest, StringType())
 
 
 class _FreshProducer(threading.Thread):
@@ -215,6 +233,7 @@ def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path, s
         tally = _Tally(time.monotonic(), lag)
         if sink == "parquet":
             tally.parquet = str(workdir / f"out-{topic}")
+        tally.python_udf = sink == "python-udf"
         fresh.start()
         q = _start(spark, _reader(spark, source, bootstrap, topic, store_url, query), tally, checkpoint, False)
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -338,8 +357,10 @@ def run_spark_bench(
 ) -> dict[str, Any]:
     """Measure both sources at each lag ``repeats`` times; returns raw runs and median/min/max summaries.
 
-    ``sinks``: ``count`` (the sink only counts the batch) and/or ``parquet``
-    (it also appends the batch to Parquet files, a sink with a per-record cost).
+    ``sinks``: ``count`` (the sink only counts the batch), ``parquet`` (it also
+    appends the batch to Parquet files) and/or ``python-udf`` (it also runs a
+    Python UDF over every record): the last two have a per-record cost, as real
+    pipelines do.
     The result's ``summary`` and ``runs`` are keyed by sink, then lag, then source.
     """
     import fastrecover.spark
@@ -432,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=os.environ.get("FASTRECOVER_BOOTSTRAP"))
     parser.add_argument("--lags", default="100000,1000000", help="comma-separated lags")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sinks", default="count", help="comma-separated: count, parquet")
+    parser.add_argument("--sinks", default="count", help="comma-separated: count, parquet, python-udf")
     parser.add_argument("--json", help="write the full result here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
