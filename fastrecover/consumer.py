@@ -399,10 +399,9 @@ class Consumer:
         tokens: list[Token] = []
         if store is not None:
             try:
-                if mirrored:
-                    tokens = [t for t in store.ranges(self._group, skip_corrupt=True) if t.key == key]
-                else:
-                    tokens = store.open_ranges(self._group, key.topic, key.partition, skip_corrupt=True)
+                floor = min([committed, *(m.start for m in mirrored)]) if committed is not None else None
+                tokens = store.partition_ranges(self._group, key.topic, key.partition, ending_after=floor,
+                                                skip_corrupt=True)
             except StoreError as exc:
                 log.warning("range store unreadable during recovery of %s: %s", key, exc)
                 store = None

@@ -51,7 +51,8 @@ def plan_partition(
     open_tokens = tuple(t for t in store_tokens if t.is_open)
     known_spans = [t.span for t in store_tokens]
     restored = tuple(_restore(mirrored, known_spans))
-    covered = [t.span for t in open_tokens] + [r.span for r in restored]
+    # done ranges count as covered too: their records are finished (by the child or a Spark job)
+    covered = known_spans + [r.span for r in restored]
 
     if committed is None or committed < 0 or log_end - committed < min_offsets:
         return PartitionPlan(primary_start=None, restored=restored, backfill=open_tokens)

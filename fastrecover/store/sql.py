@@ -397,6 +397,25 @@ class RangeStore:
             where.append(_T.c.partition == partition)
         return self._select(where, f"reading open ranges of group {group!r}", skip_corrupt)
 
+    def partition_ranges(
+        self, group: str, topic: str, partition: int, *, ending_after: int | None = None, skip_corrupt: bool = False
+    ) -> list[Token]:
+        """Every range of one partition, open and done, that ends after ``ending_after``.
+
+        Recovery needs the done ones too: a range someone else (a Spark job)
+        finished must not be handed out again, and must not hide the offsets
+        past its end from the new range.  Ranges ending at or before the
+        primary's committed offset cannot matter, so the history stays unread.
+        """
+        where: list[ColumnElement[bool]] = [
+            _T.c.group_id == group,
+            _T.c.topic == topic,
+            _T.c.partition == partition,
+        ]
+        if ending_after is not None:
+            where.append(_T.c.end_offset > ending_after)
+        return self._select(where, f"reading ranges of {group!r}/{topic}[{partition}]", skip_corrupt)
+
     def ranges(
         self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False
     ) -> list[Token]:

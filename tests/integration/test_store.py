@@ -583,3 +583,16 @@ def test_racing_claims_leave_exactly_one_holder(store: RangeStore) -> None:
     assert outcomes[winner][1] == [] and outcomes[loser][1] == [token.id]
     final = store.get(token.id)
     assert (final.owner, final.epoch, final.progress.committed) == (winner, 3, 10)
+
+
+def test_partition_ranges_returns_open_and_done_ranges_of_one_partition(store: RangeStore) -> None:
+    done = store.create_range("g", "t", 0, 0, 10, "me")
+    store.commit_one(ProgressUpdate(done.id, "me", done.epoch, RangeProgress(0, 10, 10)))
+    store.create_range("g", "t", 0, 10, 20, "me")
+    store.create_range("g", "t", 0, 30, 40, "me")
+    store.create_range("g", "t", 1, 0, 50, "me")
+    store.create_range("other", "t", 0, 0, 50, "me")
+    every = store.partition_ranges("g", "t", 0)
+    assert [(t.span.start, t.span.end, t.is_open) for t in every] == [(0, 10, False), (10, 20, True), (30, 40, True)]
+    later = store.partition_ranges("g", "t", 0, ending_after=10)
+    assert [(t.span.start, t.span.end) for t in later] == [(10, 20), (30, 40)]

@@ -249,11 +249,12 @@ def test_plan_properties(scenario: dict[str, object]) -> None:
         assert committed <= r.start and r.end <= log_end
     for a, b in pairwise(plan.new_ranges):
         assert a.end <= b.start
-    taken = [t.span for t in open_tokens] + [r.span for r in plan.restored]
+    # done ranges are finished records (by the child or a Spark job): never handed out again
+    taken = [t.span for t in store_tokens] + [r.span for r in plan.restored]
     for r in plan.new_ranges:
         assert not any(r.overlaps(s) for s in taken)
 
-    # nothing is lost: [committed, log_end) is covered by new, open and restored ranges
+    # nothing is lost: [committed, log_end) is covered by new, open, done and restored ranges
     # (the primary reads from primary_start on, or from committed when it does not jump)
     if plan.primary_start is not None:
         assert committed is not None
@@ -277,3 +278,17 @@ def test_plan_properties(scenario: dict[str, object]) -> None:
             m.start <= rp.start and rp.end <= m.end and unfinished(rp) == unfinished(m) & offsets([rp.span])
             for m in mirrored
         )
+
+
+def test_a_done_range_is_not_handed_out_again_and_does_not_hide_what_follows_it() -> None:
+    """A Spark job finished [100, 2100) but the group's Kafka offset is still 100; the log is at 2101."""
+    from fastrecover.ranges import OffsetRange as _Span
+    from fastrecover.ranges import RangeProgress as _Progress
+    from fastrecover.tokens import Token as _Token
+    from fastrecover.tokens import TokenState as _State
+
+    done = _Token(1, "g", "t", 0, _Progress(100, 2100, 2100), state=_State.DONE)
+    plan = plan_partition(committed=100, log_end=2101, min_offsets=1, store_tokens=[done])
+    assert plan.new_ranges == (_Span(2100, 2101),)
+    assert plan.primary_start == 2101
+    assert plan.backfill == ()
