@@ -121,6 +121,11 @@ def code_version() -> str:
         return "unknown"
 
 
+def _version_text(version: Any) -> str:
+    """confluent_kafka's version()/libversion(): a (text, int) tuple, or the text alone."""
+    return str(version[0] if isinstance(version, tuple) else version)
+
+
 def machine_info(bootstrap: str, broker: Broker | None) -> dict[str, Any]:
     import confluent_kafka
 
@@ -130,8 +135,8 @@ def machine_info(bootstrap: str, broker: Broker | None) -> dict[str, Any]:
         "memory_gib": _memory_gib(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "confluent_kafka": confluent_kafka.version()[0],
-        "librdkafka": confluent_kafka.libversion()[0],
+        "confluent_kafka": _version_text(confluent_kafka.version()),
+        "librdkafka": _version_text(confluent_kafka.libversion()),
         "kafka_version": kafka_version(bootstrap, broker),
         "broker": broker.describe() if broker is not None else f"external broker at {bootstrap}",
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
