@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
 from fastrecover.errors import SchemaBehindError, StoreError
 from fastrecover.store.models import TABLE_NAME, VERSION_TABLE
 from fastrecover.store.sql import _BEGIN_OPTION, build_engine, mask_url, translate_errors
+
+if TYPE_CHECKING:  # Alembic is imported only when a schema is created or migrated (import cost)
+    from alembic.config import Config
 
 #: The revision this version of fastrecover reads and writes.
 HEAD_REVISION = "0001"
@@ -50,6 +49,8 @@ def migrations_dir() -> Path:
 
 def alembic_config(*, url: str | None = None, connection: Connection | None = None) -> Config:
     """An in-memory Alembic Config; env.py uses ``connection`` when given, else ``url``."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
     if url is not None:
@@ -65,6 +66,8 @@ def upgrade_command(url: str) -> str:
 
 
 def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     return {rev.revision for rev in script.walk_revisions()}
 
@@ -153,6 +156,9 @@ def _upgrade_engine(engine: Engine, url: str, *, only_if_empty: bool) -> str | N
         has_version, has_table, _ = _state(conn)
         if only_if_empty and (has_version or has_table):
             return _read_revision(conn)
+        from alembic import command
+        from alembic.util import CommandError
+
         try:
             command.upgrade(alembic_config(connection=conn), "head")
         except CommandError as exc:
