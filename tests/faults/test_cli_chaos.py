@@ -1,0 +1,36 @@
+"""``fastrecover chaos``: the long campaign's command, run end to end at a tiny size."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastrecover.testing.broker import delete_topic
+
+pytestmark = pytest.mark.faults
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_chaos_command_prints_the_table_and_writes_the_verdict(bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "verdict.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-m", "fastrecover", "chaos", "--bootstrap-servers", bootstrap, "--cycles", "3",
+         "--members", "2", "--topics", "1", "--partitions", "3", "--rate", "100", "--up", "1,2", "--down", "0,1",
+         "--seed", "1", "--workdir", str(tmp_path / "run"), "--json", str(out)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    verdict = json.loads(out.read_text()) if out.exists() else {}
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "| records lost" in proc.stdout and "verdict: PASS: nothing lost" in proc.stdout, proc.stdout
+        assert verdict["verdict"]["ok"] and verdict["verdict"]["lost"] == 0
+        assert verdict["verdict"]["kills"] >= 3
+    finally:
+        for topic in verdict.get("topics", []):
+            delete_topic(bootstrap, topic)
