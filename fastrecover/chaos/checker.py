@@ -124,6 +124,7 @@ class Verdict:
     foreign_records: int = 0
     wait_ms: Stats = field(default_factory=Stats)
     time_to_fresh_ms: Stats = field(default_factory=Stats)
+    time_to_fresh_each: list[tuple[str, int]] = field(default_factory=list)
     incarnations: int = 0
     kills: int = 0
     never_fresh: int = 0
@@ -265,7 +266,9 @@ def _incarnation_stats(v: Verdict, ledger: Sequence[LedgerEntry], incarnations: 
         prev = first_fresh.get(e.incarnation)
         if prev is None or e.done_ms < prev:
             first_fresh[e.incarnation] = e.done_ms
-    ttf = [first_fresh[i.name] - i.started_ms for i in incarnations if i.name in first_fresh]
+    v.time_to_fresh_each = [(i.name, first_fresh[i.name] - i.started_ms) for i in incarnations
+                            if i.name in first_fresh]
+    ttf = [ms for _name, ms in v.time_to_fresh_each]
     v.time_to_fresh_ms = Stats.of(ttf)
     v.never_fresh = len(incarnations) - len(ttf)
 

@@ -157,6 +157,7 @@ def test_time_to_fresh_per_incarnation() -> None:
     v = analyze(produced(1002), done(range(1000), inc="m1#1", at=1000) + entries, incarnations=incs)
     assert v.time_to_fresh_ms.count == 2
     assert (v.time_to_fresh_ms.p50, v.time_to_fresh_ms.max) == (600, 1000)
+    assert v.time_to_fresh_each == [("m1#1", 1000), ("m1#2", 600)]
     assert v.never_fresh == 1
     assert v.kills == 2
     assert v.incarnations == 3
