@@ -560,7 +560,8 @@ class Consumer:
                 self._primary_done[key] = (offset or 0) + 1
                 self._primary_dirty.add(key)
 
-    def poll(self, timeout: float | None = None) -> Message | None:
+    def _begin_call(self) -> float:
+        """What every poll()/consume() does first: settle the previous call's records, tick."""
         if self._auto_store:
             self._settle()
         elif self._unsettled_primary or self._unsettled_child:
@@ -569,6 +570,10 @@ class Consumer:
         now = time.monotonic()
         if now >= self._next_tick:
             self._tick(now)
+        return now
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        now = self._begin_call()
         child = self._child
         if child is None or not (child.pending() or self._book.has_work):
             msg = self._primary.poll(_timeout(timeout))
@@ -602,14 +607,7 @@ class Consumer:
                 self._tick(time.monotonic())
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        if self._auto_store:
-            self._settle()
-        elif self._unsettled_primary or self._unsettled_child:
-            # Without the auto offset store nothing reads them: do not keep every record.
-            self._unsettled_primary, self._unsettled_child = [], []
-        now = time.monotonic()
-        if now >= self._next_tick:
-            self._tick(now)
+        now = self._begin_call()
         child = self._child
         if child is None or not (child.pending() or self._book.has_work):
             msgs = self._primary.consume(num_messages, timeout)
