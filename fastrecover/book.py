@@ -15,7 +15,7 @@ I/O happens here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from fastrecover.child import RangeWork
 from fastrecover.codec import encode_mirror
@@ -180,17 +180,6 @@ class RangeBook:
         self._mirror.pop(token.key, None)
         if token.progress.done:
             self.remove(token.id)
-
-    def replace_token(self, token: Token) -> None:
-        """Adopt a re-claimed token (new epoch) keeping the pending progress."""
-        held = self._by_id.get(token.id)
-        if held is not None:
-            held.token = replace(token, progress=token.progress)
-            # the store's progress plus whatever this member finished since (never less than either)
-            held.pending = token.progress.commit_upto(held.pending.committed).mark_done(held.pending.completed)
-            held.stored = held.stored.commit_upto(token.progress.committed).mark_done(token.progress.completed)
-            held.skipped = max(held.skipped, token.skipped)
-            self._mirror.pop(token.key, None)  # the durable progress the mirror shows changed
 
     def open_durable(self, key: TopicPartitionKey) -> list[RangeProgress]:
         return [h.durable for h in self.held(key)]

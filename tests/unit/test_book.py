@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -106,7 +104,6 @@ class TestHolding:
         book.store_upto(9, 5)
         assert book.skip_to(9, 5) == 0
         book.settle(tok(9, 0, 10))
-        book.replace_token(tok(9, 0, 10))
         assert len(book) == 0
 
 
@@ -244,34 +241,6 @@ class TestSettle:
         assert held.skipped == 4
         assert not held.dirty
 
-    def test_replace_token_keeps_progress_and_refreshes_the_mirror(self) -> None:
-        book = RangeBook()
-        held = book.add(tok(1, 70, 120))
-        assert decode_mirror(book.mirror(P0)) == [RangeProgress(70, 120, 70)]
-        book.mark_done(1, range(70, 100))
-        newer = tok(1, 70, 120, committed=85, epoch=2, skipped=1)
-        book.replace_token(newer)
-        assert held.token.epoch == 2
-        assert held.pending.committed == 100  # pending is ahead: kept
-        assert held.skipped == 1
-        assert decode_mirror(book.mirror(P0)) == [RangeProgress(70, 120, 85)]
-
-    def test_replace_token_merges_store_completions(self) -> None:
-        book = RangeBook()
-        held = book.add(tok(1, 70, 120))
-        book.mark_done(1, range(70, 100))
-        book.replace_token(tok(1, 70, 120, committed=85, completed=frozenset({101, 103}), epoch=2))
-        assert held.pending == RangeProgress(70, 120, 100, frozenset({101, 103}))
-        assert finished(held.durable) <= finished(held.pending) <= finished(held.stored)
-
-    def test_replace_token_behind_adopts_the_store(self) -> None:
-        book = RangeBook()
-        held = book.add(tok(1, 70, 120))
-        book.replace_token(tok(1, 70, 120, committed=110, epoch=3))
-        assert held.pending.committed == 110
-        assert held.stored.committed == 110
-        assert [w.next_offset for w in book.works()] == [110]
-
 
 class TestMirrorAndWorks:
     def test_mirror_is_built_from_durable_progress_and_cached(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -380,16 +349,6 @@ class BookMachine(RuleBasedStateMachine):
                 assert self.book.get(accepted.id) is None
             else:
                 assert not held.dirty
-
-    @rule(index=st.integers(0, len(SPANS) - 1), upto=st.integers(0, 145),
-          offsets=st.lists(st.integers(0, 145), max_size=4))
-    def re_claim(self, index: int, upto: int, offsets: list[int]) -> None:
-        """Re-claimed with a new epoch; the store may know more than this member (never less)."""
-        held = self.book.get(index + 1)
-        if held is not None:
-            progress = held.durable.commit_upto(upto).mark_done(offsets)
-            if not progress.done:
-                self.book.replace_token(replace(held.token, epoch=held.token.epoch + 1, progress=progress))
 
     @invariant()
     def views_are_ordered(self) -> None:
