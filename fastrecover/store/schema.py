@@ -148,6 +148,10 @@ def _upgrade_engine(engine: Engine, url: str, *, only_if_empty: bool) -> str | N
     ``only_if_empty`` re-checks under the lock, so two consumers starting on a
     fresh database at once do not both try to create the table.
     """
+    # imported before the write lock is taken: an import inside it would hold other openers up
+    from alembic import command
+    from alembic.util import CommandError
+
     masked = mask_url(url)
     writer = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
     with translate_errors(masked, "upgrading the schema"), writer.begin() as conn:
@@ -156,9 +160,6 @@ def _upgrade_engine(engine: Engine, url: str, *, only_if_empty: bool) -> str | N
         has_version, has_table, _ = _state(conn)
         if only_if_empty and (has_version or has_table):
             return _read_revision(conn)
-        from alembic import command
-        from alembic.util import CommandError
-
         try:
             command.upgrade(alembic_config(connection=conn), "head")
         except CommandError as exc:

@@ -22,6 +22,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -202,6 +203,24 @@ def build_engine(url: str) -> Engine:
     return engine
 
 
+def _set_wal(cursor: Any) -> None:
+    """Switch a fresh file to WAL, retrying while another opener converts it.
+
+    SQLite answers "database is locked" at once, without its busy handler, when
+    two connections switch a new file to WAL together (several consumers starting
+    on an empty store); the switch is quick, so a bounded retry is enough.
+    """
+    deadline = time.monotonic() + _SQLITE_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _install_sqlite_hooks(engine: Engine, *, memory: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -212,7 +231,7 @@ def _install_sqlite_hooks(engine: Engine, *, memory: bool) -> None:
             cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_TIMEOUT_S * 1000}")
             if not memory:
                 # WAL lets the consumer read while the child writes.
-                cursor.execute("PRAGMA journal_mode = WAL")
+                _set_wal(cursor)
         finally:
             cursor.close()
 
