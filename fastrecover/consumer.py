@@ -373,7 +373,8 @@ class Consumer:
             self.recoveries.append(report)
             if report.committed is not None and (report.new_ranges or report.resumed):
                 self._to_mirror.append((key, report.committed))
-        works = [w for h in started for w in self._book.works() if w.token_id == h.token.id]
+        started_ids = {h.token.id for h in started}
+        works = [w for w in self._book.works() if w.token_id in started_ids]
         if works:
             self._ensure_child().add(works)
         return adjusted
@@ -410,7 +411,7 @@ class Consumer:
             log_end=log_end,
             min_offsets=self._settings.backfill_min_offsets,
             store_tokens=tokens,
-            mirrored=mirrored if store is not None or not tokens else [],
+            mirrored=mirrored,
         )
         held: list[Held] = []
         start = plan.primary_start
@@ -670,7 +671,7 @@ class Consumer:
             if self._auto_store:
                 self._settle()
             self._fold_primary()
-            pairs = [(k, o) for k, o in self._primary_done.items()]
+            pairs = list(self._primary_done.items())
             user_meta = {}
             if not self._auto_store:
                 self._flush_primary_store()
@@ -852,10 +853,7 @@ class Consumer:
                     except KafkaException as exc:
                         log.warning("commit on revoke failed: %s", exc)
                 self._book.promote_stored(keys)
-                try:
-                    self._commit_ranges(keys, raise_errors=False)
-                except StoreError as exc:
-                    log.warning("range commit on revoke failed: %s", exc)
+                self._commit_ranges(keys, raise_errors=False)  # logs and keeps what fails
         if self._child is not None:
             self._child.drop(keys, self._settings.revoke_timeout_s)
         released = self._book.remove_partitions(keys)
@@ -863,7 +861,8 @@ class Consumer:
         for k in keys:
             self._primary_done.pop(k, None)
             self._primary_dirty.discard(k)
-        self._unsettled_child = [(t, m) for t, m in self._unsettled_child if _key(m) not in set(keys)]
+        gone = set(keys)
+        self._unsettled_child = [(t, m) for t, m in self._unsettled_child if _key(m) not in gone]
         if lost or self._store is None:
             return
         for held in released:
@@ -882,15 +881,7 @@ class Consumer:
             self._primary.close()
             return
         try:
-            if self._auto_store:
-                self._settle()
-            self._flush_primary_store()
-            if self._auto_commit:
-                self._book.promote_stored()
-                try:
-                    self._commit_ranges(None, raise_errors=False)
-                except StoreError as exc:
-                    log.warning("range commit on close failed: %s", exc)
+            # _let_go settles, commits both logs per the commit settings and releases the ranges
             self._let_go(list(self._assigned), lost=False)
             self._primary.close()
         finally:
