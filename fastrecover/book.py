@@ -92,9 +92,7 @@ class RangeBook:
 
     def spans(self, key: TopicPartitionKey) -> list[tuple[int, OffsetRange]]:
         """Open, claimed ranges of a partition, for commit routing."""
-        return [
-            (i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked
-        ]
+        return [(i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked]
 
     def remove(self, token_id: int) -> Held | None:
         held = self._by_id.pop(token_id, None)

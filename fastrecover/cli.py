@@ -150,14 +150,22 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     demo = subparsers.add_parser(
         "demo", help="the KIP's crash/restart story: plain consumer vs parallel rebalance, time to fresh data"
     )
-    demo.add_argument("--bootstrap-servers", help="use this Kafka (default: $FASTRECOVER_BOOTSTRAP, a "
-                      "container when Docker answers, else a local Apache Kafka from Maven Central jars)")
+    demo.add_argument(
+        "--bootstrap-servers",
+        help="use this Kafka (default: $FASTRECOVER_BOOTSTRAP, a "
+        "container when Docker answers, else a local Apache Kafka from Maven Central jars)",
+    )
     demo.add_argument("--store-url", help="range store (default: sqlite file fastrecover-demo.db here)")
     demo.add_argument("--rate", type=int, default=3000, help="records produced per second (default 3000)")
-    demo.add_argument("--down-seconds", type=float, default=10.0,
-                      help="how long the consumer stays dead while the lag builds (default 10)")
-    demo.add_argument("--work-us", type=int, default=200,
-                      help="simulated processing time per record in microseconds (default 200)")
+    demo.add_argument(
+        "--down-seconds",
+        type=float,
+        default=10.0,
+        help="how long the consumer stays dead while the lag builds (default 10)",
+    )
+    demo.add_argument(
+        "--work-us", type=int, default=200, help="simulated processing time per record in microseconds (default 200)"
+    )
     demo.add_argument("--partitions", type=int, default=3)
     demo.set_defaults(func=_cmd_demo)
 
@@ -165,8 +173,7 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 def _cmd_demo(args: argparse.Namespace) -> int:
     from fastrecover import demo
 
-    demo.main(args.bootstrap_servers, args.store_url, args.rate, args.down_seconds, args.work_us,
-              args.partitions)
+    demo.main(args.bootstrap_servers, args.store_url, args.rate, args.down_seconds, args.work_us, args.partitions)
     return EXIT_OK
 
 
@@ -177,7 +184,8 @@ def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     from fastrecover.chaos import command
 
     chaos = subparsers.add_parser(
-        "chaos", help="fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost")
+        "chaos", help="fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost"
+    )
     command.add_arguments(chaos)
     chaos.set_defaults(func=_cmd_chaos)
 
@@ -195,7 +203,8 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     from fastrecover.bench import command
 
     bench = subparsers.add_parser(
-        "bench", help="benchmarks against the plain consumer: time to fresh data, drain, steady state, store, memory")
+        "bench", help="benchmarks against the plain consumer: time to fresh data, drain, steady state, store, memory"
+    )
     command.add_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
 
@@ -215,9 +224,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="KIP-333 parallel rebalance for confluent-kafka: demo, range-store tools.",
     )
     parser.add_argument("--version", action="version", version=f"fastrecover {__version__}")
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv: debug)"
-    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv: debug)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_db_parser(subparsers)
     _add_status_parser(subparsers)

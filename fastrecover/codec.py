@@ -151,9 +151,7 @@ def decode_completed(committed: int, text: str, end: int | None = None) -> froze
                 raise CodecError("run-length completion map has an empty run")
             cursor += gap
             if end is not None and cursor + length > end:
-                raise CodecError(
-                    f"completion map run reaches offset {cursor + length - 1} beyond the range end {end}"
-                )
+                raise CodecError(f"completion map run reaches offset {cursor + length - 1} beyond the range end {end}")
             offsets.update(range(cursor, cursor + length))
             cursor += length
     if not offsets:
@@ -192,8 +190,7 @@ def encode_mirror(ranges: Sequence[RangeProgress], limit: int = MIRROR_LIMIT) ->
 
 def _mirror_text(entries: Sequence[RangeProgress], with_maps: bool) -> str:
     rows = [
-        [r.start, r.end, r.committed, encode_completed(r.committed, r.completed) if with_maps else ""]
-        for r in entries
+        [r.start, r.end, r.committed, encode_completed(r.committed, r.completed) if with_maps else ""] for r in entries
     ]
     raw = json.dumps(rows, separators=(",", ":")).encode("ascii")
     packed = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw)

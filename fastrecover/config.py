@@ -49,9 +49,7 @@ def parse_bool(key: str, value: object) -> bool:
             return True
         if text in _FALSE:
             return False
-    raise ConfigError(
-        f"{key}: expected a boolean (True/False, 'true'/'false', 't'/'f' or 1/0), got {value!r}"
-    )
+    raise ConfigError(f"{key}: expected a boolean (True/False, 'true'/'false', 't'/'f' or 1/0), got {value!r}")
 
 
 _INTEGER = re.compile(r"-?[0-9]+")
@@ -77,9 +75,7 @@ def _int_parser(minimum: int, maximum: int | None = None) -> Callable[[str, obje
 
 def _store_url(key: str, value: object) -> str:
     if not isinstance(value, str) or "://" not in value:
-        raise ConfigError(
-            f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {value!r}"
-        )
+        raise ConfigError(f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {value!r}")
     return value
 
 
@@ -117,9 +113,7 @@ KEYS: dict[str, _Key] = {
     "fastrecover.backfill.batch.size": _Key(
         500, _int_parser(1, 100_000), "Records the child fetches per consume() call."
     ),
-    "fastrecover.commit.mirror": _Key(
-        True, parse_bool, "Mirror open ranges into the primary's Kafka commit metadata."
-    ),
+    "fastrecover.commit.mirror": _Key(True, parse_bool, "Mirror open ranges into the primary's Kafka commit metadata."),
     "fastrecover.owner.id": _Key(
         None, _owner, "Owner name written on claimed tokens (default: host, pid and a random suffix)."
     ),
@@ -174,16 +168,13 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
             spec = KEYS.get(key)
             if spec is None:
                 known = ", ".join(sorted(KEYS))
-                raise ConfigError(
-                    f"unknown fastrecover key {key!r}; known keys: {known}, fastrecover.child.*"
-                )
+                raise ConfigError(f"unknown fastrecover key {key!r}; known keys: {known}, fastrecover.child.*")
             values[key] = spec.parse(key, value)
         else:
             passthrough[key] = value
     if enabled and not passthrough.get("group.id"):
-        raise ConfigError(
-            "enable.parallel.rebalance needs group.id: range tokens are kept per consumer group"
-        )
+        raise ConfigError("enable.parallel.rebalance needs group.id: range tokens are kept per consumer group")
+
     def get(key: str) -> Any:
         return values.get(key, KEYS[key].default)
 

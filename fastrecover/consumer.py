@@ -203,8 +203,9 @@ class Consumer:
     def seek(self, partition: TopicPartition) -> None:
         self._primary.seek(partition)
 
-    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None,
-                              cached: bool = False) -> tuple[int, int] | None:
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int] | None:
         if timeout is None:
             return self._primary.get_watermark_offsets(partition, cached=cached)
         return self._primary.get_watermark_offsets(partition, timeout, cached)
@@ -250,8 +251,7 @@ class Consumer:
         on_lost: RebalanceCallback | None = None,
     ) -> None:
         self._user_on_assign, self._user_on_revoke, self._user_on_lost = on_assign, on_revoke, on_lost
-        self._primary.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_lost)
+        self._primary.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def unsubscribe(self) -> None:
         self._primary.unsubscribe()
@@ -318,8 +318,7 @@ class Consumer:
     def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self._rebalance_out(partitions, self._user_on_lost or self._user_on_revoke, lost=True)
 
-    def _rebalance_out(self, partitions: list[TopicPartition], user_cb: RebalanceCallback | None,
-                       lost: bool) -> None:
+    def _rebalance_out(self, partitions: list[TopicPartition], user_cb: RebalanceCallback | None, lost: bool) -> None:
         self._in_rebalance, self._assigned_in_callback = True, False
         try:
             if user_cb is not None:
@@ -341,12 +340,16 @@ class Consumer:
         try:
             committed = {
                 _key(tp): tp
-                for tp in self._primary.committed([TopicPartition(t.topic, t.partition) for t in todo],
-                                                  timeout=_BROKER_TIMEOUT_S)
+                for tp in self._primary.committed(
+                    [TopicPartition(t.topic, t.partition) for t in todo], timeout=_BROKER_TIMEOUT_S
+                )
             }
         except KafkaException as exc:
-            log.warning("no recovery for %s: committed offsets unavailable (%s); starting as a plain consumer",
-                        ", ".join(str(_key(tp)) for tp in todo), exc)
+            log.warning(
+                "no recovery for %s: committed offsets unavailable (%s); starting as a plain consumer",
+                ", ".join(str(_key(tp)) for tp in todo),
+                exc,
+            )
             return adjusted
         store = self._open_store()
         started: list[Held] = []
@@ -356,8 +359,9 @@ class Consumer:
             ctp = committed.get(key)
             c = ctp.offset if ctp is not None and ctp.offset >= 0 else None
             try:
-                watermarks = self._primary.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
-                                                                 timeout=_BROKER_TIMEOUT_S)
+                watermarks = self._primary.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), timeout=_BROKER_TIMEOUT_S
+                )
             except KafkaException as exc:
                 watermarks = None
                 log.debug("watermarks of %s: %s", key, exc)
@@ -401,8 +405,9 @@ class Consumer:
         if store is not None:
             try:
                 floor = min([committed, *(m.start for m in mirrored)]) if committed is not None else None
-                tokens = store.partition_ranges(self._group, key.topic, key.partition, ending_after=floor,
-                                                skip_corrupt=True)
+                tokens = store.partition_ranges(
+                    self._group, key.topic, key.partition, ending_after=floor, skip_corrupt=True
+                )
             except StoreError as exc:
                 log.warning("range store unreadable during recovery of %s: %s", key, exc)
                 store = None
@@ -424,34 +429,59 @@ class Consumer:
             if degraded:
                 log.warning(
                     "range store unavailable: %s starts at its committed offset %s and replays the lag of %d "
-                    "records (no fast recovery, nothing lost)", key, committed, plan.lag)
+                    "records (no fast recovery, nothing lost)",
+                    key,
+                    committed,
+                    plan.lag,
+                )
         else:
             try:
                 held = self._execute(store, key, plan)
             except StoreError as exc:
                 degraded = plan.primary_start is not None
                 start = plan.fallback_start if degraded else None
-                log.warning("could not persist range tokens for %s (%s): it starts at committed offset %s "
-                            "instead of the log end (no fast recovery, nothing lost)", key, exc, committed)
+                log.warning(
+                    "could not persist range tokens for %s (%s): it starts at committed offset %s "
+                    "instead of the log end (no fast recovery, nothing lost)",
+                    key,
+                    exc,
+                    committed,
+                )
                 held = [h for h in self._book.held(key) if not h.parked]
         if plan.new_ranges and not degraded:
-            log.info("fast recovery of %s: committed=%s log end=%d; primary starts at %d, child backfills %s",
-                     key, committed, log_end, start, ", ".join(f"[{r.start}, {r.end})" for r in plan.new_ranges))
-        report = RecoveryReport(key, committed, log_end, start, () if degraded else plan.new_ranges,
-                                tuple(t.id for t in plan.backfill), degraded)
+            log.info(
+                "fast recovery of %s: committed=%s log end=%d; primary starts at %d, child backfills %s",
+                key,
+                committed,
+                log_end,
+                start,
+                ", ".join(f"[{r.start}, {r.end})" for r in plan.new_ranges),
+            )
+        report = RecoveryReport(
+            key,
+            committed,
+            log_end,
+            start,
+            () if degraded else plan.new_ranges,
+            tuple(t.id for t in plan.backfill),
+            degraded,
+        )
         return start, held, report
 
     def _execute(self, store: RangeStore, key: TopicPartitionKey, plan: PartitionPlan) -> list[Held]:
         """Persist restored and new ranges and claim open ones; tokens first, skipping after."""
         held: list[Held] = []
         for progress in plan.restored:
-            token = store.create_range(self._group, key.topic, key.partition, progress.start, progress.end,
-                                       self._owner)
+            token = store.create_range(self._group, key.topic, key.partition, progress.start, progress.end, self._owner)
             token = store.claim(token.id, self._owner)
             if token.is_open and progress.committed > token.progress.committed:
                 token = store.commit_one(ProgressUpdate(token.id, self._owner, token.epoch, progress))
-            log.warning("restored range [%d, %d) of %s from the commit-metadata mirror (the store had lost it)",
-                        progress.start, progress.end, key)
+            log.warning(
+                "restored range [%d, %d) of %s from the commit-metadata mirror (the store had lost it)",
+                progress.start,
+                progress.end,
+                key,
+            )
             if token.is_open:
                 held.append(self._book.add(token))
         pending = list(plan.new_ranges)
@@ -491,10 +521,10 @@ class Consumer:
         if child is None or not child.is_alive():
             if child is not None:
                 self.child_restarts += 1
-                log.warning("child consumer died (%r); restarting it from the ranges' committed offsets",
-                            child.failure)
-            child = BackfillChild(self._child_conf, queue_max=self._settings.queue_max_messages,
-                                  batch_size=self._settings.batch_size)
+                log.warning("child consumer died (%r); restarting it from the ranges' committed offsets", child.failure)
+            child = BackfillChild(
+                self._child_conf, queue_max=self._settings.queue_max_messages, batch_size=self._settings.batch_size
+            )
             child.start()
             self._child = child
             self.children_started += 1
@@ -522,9 +552,14 @@ class Consumer:
         lost = self._book.skip_to(event.token_id, event.low)
         held = self._book.get(event.token_id)
         if held is not None and lost:
-            log.warning("retention deleted %d records of range #%d of %s before they were backfilled "
-                        "(skipped up to offset %d; recorded on the token)", lost, held.token.id, held.token.key,
-                        event.low)
+            log.warning(
+                "retention deleted %d records of range #%d of %s before they were backfilled "
+                "(skipped up to offset %d; recorded on the token)",
+                lost,
+                held.token.id,
+                held.token.key,
+                event.low,
+            )
             self._commit_ranges([held.token.key], raise_errors=False)
 
     # ---- poll / consume -------------------------------------------------------------------------
@@ -690,21 +725,29 @@ class Consumer:
                 self._primary_dirty.discard(k)
         return self._finish_commit(tps, range_keys, asynchronous)
 
-    def _finish_commit(self, tps: list[TopicPartition] | None, range_keys: list[TopicPartitionKey] | None,
-                       asynchronous: bool) -> list[TopicPartition] | None:
-        committed_ranges = self._commit_ranges(range_keys, raise_errors=not asynchronous) if (
-            range_keys is None or range_keys) else []
+    def _finish_commit(
+        self, tps: list[TopicPartition] | None, range_keys: list[TopicPartitionKey] | None, asynchronous: bool
+    ) -> list[TopicPartition] | None:
+        committed_ranges = (
+            self._commit_ranges(range_keys, raise_errors=not asynchronous) if (range_keys is None or range_keys) else []
+        )
         result: list[TopicPartition] | None = None
         if tps is None:
             try:
-                result = (self._primary.commit(asynchronous=True) if asynchronous
-                          else self._primary.commit(asynchronous=False))
+                result = (
+                    self._primary.commit(asynchronous=True)
+                    if asynchronous
+                    else self._primary.commit(asynchronous=False)
+                )
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError._NO_OFFSET or not committed_ranges:
                     raise
         elif tps:
-            result = (self._primary.commit(offsets=tps, asynchronous=True) if asynchronous
-                      else self._primary.commit(offsets=tps, asynchronous=False))
+            result = (
+                self._primary.commit(offsets=tps, asynchronous=True)
+                if asynchronous
+                else self._primary.commit(offsets=tps, asynchronous=False)
+            )
         if asynchronous:
             return None
         return list(result or []) + committed_ranges
@@ -729,8 +772,9 @@ class Consumer:
             return []
         store = self._open_store()
         if store is None:
-            err = StoreUnavailableError(f"range store {self._settings.store_url!r} unavailable; "
-                                        f"{len(dirty)} backfill commits kept for retry")
+            err = StoreUnavailableError(
+                f"range store {self._settings.store_url!r} unavailable; {len(dirty)} backfill commits kept for retry"
+            )
             log.error("%s", err)
             if raise_errors:
                 raise err
@@ -756,8 +800,9 @@ class Consumer:
             self._primary_dirty.add(token.key)
             out.append(TopicPartition(token.topic, token.partition, token.progress.committed))
             if token.progress.done:
-                log.info("range #%d [%d, %d) of %s is done", token.id, token.progress.start, token.progress.end,
-                         token.key)
+                log.info(
+                    "range #%d [%d, %d) of %s is done", token.id, token.progress.start, token.progress.end, token.key
+                )
         if result.fenced and raise_errors:
             raise FencedError(f"ranges {sorted(result.fenced)} are held by another owner; not committed here")
         return out
@@ -796,8 +841,9 @@ class Consumer:
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
         """The KIP's merged committed(): below the returned offset everything is checkpointed."""
-        result = (self._primary.committed(partitions) if timeout is None
-                  else self._primary.committed(partitions, timeout))
+        result = (
+            self._primary.committed(partitions) if timeout is None else self._primary.committed(partitions, timeout)
+        )
         foreign: dict[TopicPartitionKey, list[RangeProgress]] | None = None
         for tp in result:
             key = _key(tp)

@@ -48,16 +48,41 @@ class DemoResult:
     backfill_drained_s: float | None
 
 
-def run_story(bootstrap: str, *, parallel: bool, store_url: str, rate: int, lag_seconds: float, work_us: int,
-              partitions: int, workdir: Path, out: TextIO, auto_create: bool = False) -> DemoResult:
+def run_story(
+    bootstrap: str,
+    *,
+    parallel: bool,
+    store_url: str,
+    rate: int,
+    lag_seconds: float,
+    work_us: int,
+    partitions: int,
+    workdir: Path,
+    out: TextIO,
+    auto_create: bool = False,
+) -> DemoResult:
     mode = "fastrecover (enable.parallel.rebalance)" if parallel else "plain confluent_kafka.Consumer"
     topic = f"demo-{'parallel' if parallel else 'plain'}-{uuid.uuid4().hex[:6]}"
     group = f"demo-{uuid.uuid4().hex[:8]}"
     if not auto_create:  # librdkafka's mock cluster creates topics on first use instead
         create_topic(bootstrap, topic, partitions)
     ledger = workdir / f"{topic}.ledger"
-    base = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--ledger", str(ledger),
-            "--commit", "sync", "--commit-every", "200", "--work-us", str(work_us)]
+    base = [
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--ledger",
+        str(ledger),
+        "--commit",
+        "sync",
+        "--commit-every",
+        "200",
+        "--work-us",
+        str(work_us),
+    ]
     base += ["--parallel", "--store-url", store_url, "--min-offsets", "100"] if parallel else ["--plain"]
 
     def say(text: str) -> None:
@@ -130,24 +155,49 @@ def _broker(bootstrap: str | None, out: TextIO) -> Iterator[tuple[str, bool]]:
         mock.close()
 
 
-def main(bootstrap: str | None, store_url: str | None, rate: int, lag_seconds: float, work_us: int,
-         partitions: int, out: TextIO = sys.stdout) -> list[DemoResult]:
+def main(
+    bootstrap: str | None,
+    store_url: str | None,
+    rate: int,
+    lag_seconds: float,
+    work_us: int,
+    partitions: int,
+    out: TextIO = sys.stdout,
+) -> list[DemoResult]:
     workdir = Path(tempfile.mkdtemp(prefix="fastrecover-demo-"))
     store = store_url or f"sqlite:///{os.path.join(os.getcwd(), 'fastrecover-demo.db')}"
     print(f"store: {store}", file=out)
-    print(f"story: {rate} records/s on {partitions} partitions, {work_us} µs of work per record, "
-          f"consumer down for {lag_seconds:g} s", file=out, flush=True)
+    print(
+        f"story: {rate} records/s on {partitions} partitions, {work_us} µs of work per record, "
+        f"consumer down for {lag_seconds:g} s",
+        file=out,
+        flush=True,
+    )
     results: list[DemoResult] = []
     with _broker(bootstrap, out) as (servers, mock):
         for parallel in (False, True):
-            results.append(run_story(servers, parallel=parallel, store_url=store, rate=rate,
-                                     lag_seconds=lag_seconds, work_us=work_us, partitions=partitions,
-                                     workdir=workdir, out=out, auto_create=mock))
+            results.append(
+                run_story(
+                    servers,
+                    parallel=parallel,
+                    store_url=store,
+                    rate=rate,
+                    lag_seconds=lag_seconds,
+                    work_us=work_us,
+                    partitions=partitions,
+                    workdir=workdir,
+                    out=out,
+                    auto_create=mock,
+                )
+            )
     print("\ntime until the first record produced after the restart is delivered:", file=out)
     print(f"  {'consumer':<44} {'lag (records)':>14} {'time to fresh':>14}", file=out)
     for r in results:
         print(f"  {r.mode:<44} {r.lag:>14} {r.time_to_fresh_s:>12.2f} s", file=out)
     if len(results) == 2 and results[1].time_to_fresh_s > 0:
-        print(f"  ratio plain / fastrecover: {results[0].time_to_fresh_s / results[1].time_to_fresh_s:.1f}x",
-              file=out, flush=True)
+        print(
+            f"  ratio plain / fastrecover: {results[0].time_to_fresh_s / results[1].time_to_fresh_s:.1f}x",
+            file=out,
+            flush=True,
+        )
     return results

@@ -80,9 +80,7 @@ class RangeProgress:
         if self.start < 0 or self.end < self.start:
             raise ValueError(f"invalid range [{self.start}, {self.end}): need 0 <= start <= end")
         if not self.start <= self.committed <= self.end:
-            raise ValueError(
-                f"committed offset {self.committed} outside range [{self.start}, {self.end}]"
-            )
+            raise ValueError(f"committed offset {self.committed} outside range [{self.start}, {self.end}]")
         for offset in self.completed:
             if not self.committed < offset < self.end:
                 raise ValueError(

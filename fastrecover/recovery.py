@@ -81,9 +81,7 @@ def _restore(mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange]) ->
             # commit_upto/mark_done clip to the piece and advance over a completed offset
             # that lands on the clipped committed offset (piece.start of a later piece).
             progress = (
-                RangeProgress.fresh(piece.start, piece.end)
-                .commit_upto(entry.committed)
-                .mark_done(entry.completed)
+                RangeProgress.fresh(piece.start, piece.end).commit_upto(entry.committed).mark_done(entry.completed)
             )
             if not progress.done:
                 restored.append(progress)

@@ -37,9 +37,7 @@ def _url() -> str:
         or os.environ.get("FASTRECOVER_STORE_URL")
     )
     if not url:
-        raise RuntimeError(
-            "no store URL: pass -x url=..., set sqlalchemy.url in alembic.ini or $FASTRECOVER_STORE_URL"
-        )
+        raise RuntimeError("no store URL: pass -x url=..., set sqlalchemy.url in alembic.ini or $FASTRECOVER_STORE_URL")
     return url
 
 

@@ -44,10 +44,22 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
     xs = [float(lag) for lag in lags]
     if ttf:
         for mode in ("plain", "fastrecover"):
-            _errorbar(a_ttf, xs, [_stat(ttf[lag].get(mode, {}), "replay_s") for lag in lags],
-                      color=_COLORS[mode], label=f"{mode}: joined → fresh")
-            _errorbar(a_ttf, xs, [_stat(ttf[lag].get(mode, {}), "total_s") for lag in lags],
-                      color=_COLORS[mode], linestyle="--", alpha=0.6, label=f"{mode}: restart → fresh")
+            _errorbar(
+                a_ttf,
+                xs,
+                [_stat(ttf[lag].get(mode, {}), "replay_s") for lag in lags],
+                color=_COLORS[mode],
+                label=f"{mode}: joined → fresh",
+            )
+            _errorbar(
+                a_ttf,
+                xs,
+                [_stat(ttf[lag].get(mode, {}), "total_s") for lag in lags],
+                color=_COLORS[mode],
+                linestyle="--",
+                alpha=0.6,
+                label=f"{mode}: restart → fresh",
+            )
         a_ttf.set_xscale("log")
         a_ttf.set_yscale("log")
         a_ttf.set_xlabel("lag (records)")
@@ -60,8 +72,13 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
 
     if drain:
         for mode in ("plain", "fastrecover"):
-            _errorbar(a_drain, xs, [_stat(drain[lag].get(mode, {}), "drain_s") for lag in lags],
-                      color=_COLORS[mode], label=mode)
+            _errorbar(
+                a_drain,
+                xs,
+                [_stat(drain[lag].get(mode, {}), "drain_s") for lag in lags],
+                color=_COLORS[mode],
+                label=mode,
+            )
         a_drain.set_xscale("log")
         a_drain.set_yscale("log")
         a_drain.set_xlabel("lag (records)")
@@ -110,8 +127,11 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
         a_mem.set_visible(False)
 
     machine = result.get("machine", {})
-    fig.suptitle(f"fastrecover benchmarks — {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, "
-                 f"Kafka {machine.get('kafka_version', '?')}, {result.get('finished', '')}", fontsize=10)
+    fig.suptitle(
+        f"fastrecover benchmarks — {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, "
+        f"Kafka {machine.get('kafka_version', '?')}, {result.get('finished', '')}",
+        fontsize=10,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

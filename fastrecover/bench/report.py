@@ -36,8 +36,9 @@ class Stat:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Stat:
-        return cls(data.get("median"), data.get("min"), data.get("max"), int(data.get("n", 0)),
-                   tuple(data.get("values", ())))
+        return cls(
+            data.get("median"), data.get("min"), data.get("max"), int(data.get("n", 0)), tuple(data.get("values", ()))
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"median": self.median, "min": self.low, "max": self.high, "n": self.n, "values": list(self.values)}
@@ -102,26 +103,42 @@ def _lag_label(lag: str | int) -> str:
 
 def lag_items(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """The per-lag entries of a section, by increasing lag (metadata keys such as measured_at skipped)."""
-    return sorted(((k, v) for k, v in section.items() if str(k).isdigit() and isinstance(v, Mapping)),
-                  key=lambda kv: int(kv[0]))
+    return sorted(
+        ((k, v) for k, v in section.items() if str(k).isdigit() and isinstance(v, Mapping)), key=lambda kv: int(kv[0])
+    )
 
 
 def ttf_table(ttf: Mapping[str, Any]) -> str:
     rows = []
     for lag, per in lag_items(ttf):
         plain, fast = per.get("plain", {}), per.get("fastrecover", {})
-        rows.append([
-            _lag_label(lag),
-            _stat(plain, "replay_s").cell(3), _stat(fast, "replay_s").cell(3),
-            fmt_ratio(ratio(_stat(plain, "replay_s"), _stat(fast, "replay_s")), 1),
-            _stat(plain, "total_s").cell(2), _stat(fast, "total_s").cell(2),
-            fmt_ratio(ratio(_stat(plain, "total_s"), _stat(fast, "total_s")), 1),
-            _stat(plain, "join_s").cell(2), _stat(fast, "join_s").cell(2), _stat(fast, "recovery_s").cell(3),
-        ])
+        rows.append(
+            [
+                _lag_label(lag),
+                _stat(plain, "replay_s").cell(3),
+                _stat(fast, "replay_s").cell(3),
+                fmt_ratio(ratio(_stat(plain, "replay_s"), _stat(fast, "replay_s")), 1),
+                _stat(plain, "total_s").cell(2),
+                _stat(fast, "total_s").cell(2),
+                fmt_ratio(ratio(_stat(plain, "total_s"), _stat(fast, "total_s")), 1),
+                _stat(plain, "join_s").cell(2),
+                _stat(fast, "join_s").cell(2),
+                _stat(fast, "recovery_s").cell(3),
+            ]
+        )
     return markdown_table(
-        ["lag (records)", "plain: assigned→fresh (s)", "fastrecover: joined→fresh (s)", "ratio",
-         "plain: restart→fresh (s)", "fastrecover: restart→fresh (s)", "ratio",
-         "plain: restart→joined (s)", "fastrecover: restart→joined (s)", "fastrecover: recovery (s)"],
+        [
+            "lag (records)",
+            "plain: assigned→fresh (s)",
+            "fastrecover: joined→fresh (s)",
+            "ratio",
+            "plain: restart→fresh (s)",
+            "fastrecover: restart→fresh (s)",
+            "ratio",
+            "plain: restart→joined (s)",
+            "fastrecover: restart→joined (s)",
+            "fastrecover: recovery (s)",
+        ],
         rows,
     )
 
@@ -130,17 +147,27 @@ def drain_table(drain: Mapping[str, Any]) -> str:
     rows = []
     for lag, per in lag_items(drain):
         plain, fast = per.get("plain", {}), per.get("fastrecover", {})
-        rows.append([
-            _lag_label(lag),
-            _stat(plain, "drain_s").cell(2), _stat(fast, "drain_s").cell(2),
-            fmt_ratio(ratio(_stat(plain, "drain_s"), _stat(fast, "drain_s")), 2),
-            _stat(plain, "records_per_s").cell(0, thousands=True),
-            _stat(fast, "records_per_s").cell(0, thousands=True),
-            fmt_ratio(ratio(_stat(fast, "records_per_s"), _stat(plain, "records_per_s")), 2),
-        ])
+        rows.append(
+            [
+                _lag_label(lag),
+                _stat(plain, "drain_s").cell(2),
+                _stat(fast, "drain_s").cell(2),
+                fmt_ratio(ratio(_stat(plain, "drain_s"), _stat(fast, "drain_s")), 2),
+                _stat(plain, "records_per_s").cell(0, thousands=True),
+                _stat(fast, "records_per_s").cell(0, thousands=True),
+                fmt_ratio(ratio(_stat(fast, "records_per_s"), _stat(plain, "records_per_s")), 2),
+            ]
+        )
     return markdown_table(
-        ["lag (records)", "plain: restart→drained (s)", "fastrecover: restart→drained (s)", "ratio",
-         "plain: records/s", "fastrecover: records/s", "fastrecover / plain"],
+        [
+            "lag (records)",
+            "plain: restart→drained (s)",
+            "fastrecover: restart→drained (s)",
+            "ratio",
+            "plain: records/s",
+            "fastrecover: records/s",
+            "fastrecover / plain",
+        ],
         rows,
     )
 
@@ -162,17 +189,27 @@ def steady_table(steady: Mapping[str, Any]) -> str:
             row = per.get(variant)
             if not isinstance(row, Mapping):
                 continue
-            rows.append([
-                api, STEADY_LABELS.get(variant, variant),
-                _stat(row, "records_per_s").cell(0, thousands=True),
-                _stat(row, "ratio_to_raw").cell(3) if variant != "raw" else "1",
-                _stat(row, "cpu_us_per_record").cell(3),
-                _stat(row, "cpu_ratio_to_raw").cell(3) if variant != "raw" else "1",
-            ])
+            rows.append(
+                [
+                    api,
+                    STEADY_LABELS.get(variant, variant),
+                    _stat(row, "records_per_s").cell(0, thousands=True),
+                    _stat(row, "ratio_to_raw").cell(3) if variant != "raw" else "1",
+                    _stat(row, "cpu_us_per_record").cell(3),
+                    _stat(row, "cpu_ratio_to_raw").cell(3) if variant != "raw" else "1",
+                ]
+            )
     return markdown_table(
-        ["API", "consumer", "records/s", "ratio to raw, wall clock", "caller-thread CPU µs/record",
-         "ratio to raw, CPU"],
-        rows, align="llrrrr",
+        [
+            "API",
+            "consumer",
+            "records/s",
+            "ratio to raw, wall clock",
+            "caller-thread CPU µs/record",
+            "ratio to raw, CPU",
+        ],
+        rows,
+        align="llrrrr",
     )
 
 
@@ -188,13 +225,17 @@ def store_table(store: Mapping[str, Any]) -> str:
             row = per.get(kind)
             if not isinstance(row, Mapping):
                 continue
-            rows.append([
-                backend, kind.replace("_", "-") + (f" ({row.get('records_per_commit')} records)" if kind == "batched"
-                                                   else ""),
-                _stat(row, "commits_per_s").cell(0, thousands=True),
-                _stat(row, "records_per_s").cell(0, thousands=True),
-                _stat(row, "p50_ms").cell(3), _stat(row, "p99_ms").cell(3),
-            ])
+            rows.append(
+                [
+                    backend,
+                    kind.replace("_", "-")
+                    + (f" ({row.get('records_per_commit')} records)" if kind == "batched" else ""),
+                    _stat(row, "commits_per_s").cell(0, thousands=True),
+                    _stat(row, "records_per_s").cell(0, thousands=True),
+                    _stat(row, "p50_ms").cell(3),
+                    _stat(row, "p99_ms").cell(3),
+                ]
+            )
     return markdown_table(
         ["store", "commit", "commits/s", "records/s", "p50 latency (ms)", "p99 latency (ms)"], rows, align="llrrrr"
     )
@@ -206,10 +247,15 @@ def memory_table(memory: Mapping[str, Any]) -> str:
         row = memory.get(mode)
         if not isinstance(row, Mapping):
             continue
-        rows.append([
-            mode, _stat(row, "base_rss_mib").cell(1), _stat(row, "peak_rss_mib").cell(1),
-            _stat(row, "growth_mib").cell(1), _stat(row, "max_child_queue").cell(0, thousands=True),
-        ])
+        rows.append(
+            [
+                mode,
+                _stat(row, "base_rss_mib").cell(1),
+                _stat(row, "peak_rss_mib").cell(1),
+                _stat(row, "growth_mib").cell(1),
+                _stat(row, "max_child_queue").cell(0, thousands=True),
+            ]
+        )
     return markdown_table(
         ["consumer", "RSS before assignment (MiB)", "peak RSS (MiB)", "growth (MiB)", "max child queue (records)"],
         rows,

@@ -114,8 +114,13 @@ def code_version() -> str:
     import subprocess
 
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -167,10 +172,12 @@ def run_restarts(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[int,
                     spec = scenarios.RestartSpec(bootstrap, lag, mode, store_url)
                     run = scenarios.restart_run(spec, wlog)
                     runs[lag][mode].append(run)
-                    _say(f"restart lag {lag:,} repeat {rep + 1}/{opts.repeats} {mode:<11}: joined "
-                         f"{run['join_s']:.2f}s, fresh {run['total_s']:.2f}s (replay {run['replay_s']:.3f}s), "
-                         f"drained {run['drain_s']:.2f}s, {run['records_per_s']:,.0f} rec/s, "
-                         f"peak RSS {run['peak_rss_mib']} MiB")
+                    _say(
+                        f"restart lag {lag:,} repeat {rep + 1}/{opts.repeats} {mode:<11}: joined "
+                        f"{run['join_s']:.2f}s, fresh {run['total_s']:.2f}s (replay {run['replay_s']:.3f}s), "
+                        f"drained {run['drain_s']:.2f}s, {run['records_per_s']:,.0f} rec/s, "
+                        f"peak RSS {run['peak_rss_mib']} MiB"
+                    )
     return runs
 
 
@@ -178,18 +185,28 @@ def _summ(runs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, 
     return {name: Stat.of(r.get(name) for r in runs).to_dict() for name in names}
 
 
-def summarize_restarts(runs: Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]], opts: BenchOptions,
-                       measured_at: str) -> dict[str, Any]:
+def summarize_restarts(
+    runs: Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]], opts: BenchOptions, measured_at: str
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     lags = [lag for lag in runs if lag in opts.lags]
     if "ttf" in opts.only:
-        out["ttf"] = {str(lag): {mode: _summ(runs[lag][mode], ["total_s", "replay_s", "join_s", "recovery_s",
-                                                                 "started_s"])
-                                 for mode in ("plain", "fastrecover")} for lag in lags}
+        out["ttf"] = {
+            str(lag): {
+                mode: _summ(runs[lag][mode], ["total_s", "replay_s", "join_s", "recovery_s", "started_s"])
+                for mode in ("plain", "fastrecover")
+            }
+            for lag in lags
+        }
         out["ttf"]["measured_at"] = measured_at
     if "drain" in opts.only:
-        out["drain"] = {str(lag): {mode: _summ(runs[lag][mode], ["drain_s", "lag_drained_s", "records_per_s"])
-                                   for mode in ("plain", "fastrecover")} for lag in lags}
+        out["drain"] = {
+            str(lag): {
+                mode: _summ(runs[lag][mode], ["drain_s", "lag_drained_s", "records_per_s"])
+                for mode in ("plain", "fastrecover")
+            }
+            for lag in lags
+        }
         out["drain"]["measured_at"] = measured_at
     if "memory" in opts.only and opts.memory_lag in runs:
         memory: dict[str, Any] = {"lag": opts.memory_lag, "measured_at": measured_at}
@@ -208,8 +225,9 @@ def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[str, A
     topic = f"bench-steady-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, scenarios.PARTITIONS)
     store_url = scenarios.sqlite_url(workdir)
-    raw: dict[str, dict[str, list[dict[str, float]]]] = {api: {v: [] for v in STEADY_VARIANTS}
-                                                           for api in ("poll", "consume")}
+    raw: dict[str, dict[str, list[dict[str, float]]]] = {
+        api: {v: [] for v in STEADY_VARIANTS} for api in ("poll", "consume")
+    }
     try:
         rate = scenarios.produce_fast(bootstrap, topic, opts.steady_records)
         _say(f"steady: {opts.steady_records:,} records produced ({rate:,.0f}/s)")
@@ -220,8 +238,10 @@ def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[str, A
                 for variant in order:
                     res = scenarios.steady_once(bootstrap, topic, variant, api, opts.steady_records, store_url)
                     raw[api][variant].append(res)
-                _say(f"steady repeat {rep + 1}/{opts.steady_repeats} {api:<7}: " + ", ".join(
-                    f"{v} {raw[api][v][-1]['records_per_s']:,.0f}/s" for v in STEADY_VARIANTS))
+                _say(
+                    f"steady repeat {rep + 1}/{opts.steady_repeats} {api:<7}: "
+                    + ", ".join(f"{v} {raw[api][v][-1]['records_per_s']:,.0f}/s" for v in STEADY_VARIANTS)
+                )
     finally:
         delete_topic(bootstrap, topic)
     summary: dict[str, Any] = {}
@@ -270,9 +290,11 @@ def _store_backend(url: str, opts: BenchOptions, name: str) -> dict[str, Any]:
     for rep in range(opts.repeats):
         res = scenarios.store_once(url, opts.store_commits, opts.store_batches)
         runs.append(res)
-        _say(f"store {name} repeat {rep + 1}/{opts.repeats}: per-message {res['per_message']['commits_per_s']:,.0f}"
-             f" commits/s (p99 {res['per_message']['p99_ms']:.2f} ms), batched "
-             f"{res['batched']['commits_per_s']:,.0f} commits/s")
+        _say(
+            f"store {name} repeat {rep + 1}/{opts.repeats}: per-message {res['per_message']['commits_per_s']:,.0f}"
+            f" commits/s (p99 {res['per_message']['p99_ms']:.2f} ms), batched "
+            f"{res['batched']['commits_per_s']:,.0f} commits/s"
+        )
     out: dict[str, Any] = {"settings": scenarios.store_settings(url)}
     for kind in ("per_message", "batched"):
         out[kind] = _summ([r[kind] for r in runs], ["commits_per_s", "records_per_s", "p50_ms", "p99_ms"])
@@ -327,8 +349,11 @@ def _doc_block(result: Mapping[str, Any], doc: Path, out: Path) -> str:
     kept = result.get("kept_from_previous") or {}
     if kept:
         lines.append("")
-        lines.append("Kept from an earlier run: " + ", ".join(
-            f"{k} (measured {result[k].get('measured_at', '?')})" for k in kept) + ".")
+        lines.append(
+            "Kept from an earlier run: "
+            + ", ".join(f"{k} (measured {result[k].get('measured_at', '?')})" for k in kept)
+            + "."
+        )
     lines += ["", format_report(result), "", f"![benchmark plot]({png})"]
     return "\n".join(lines)
 
@@ -359,16 +384,24 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown scenario(s) {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
     result: dict[str, Any] = {"schema": SCHEMA, "command": opts.command, "started": _now()}
-    with tempfile.TemporaryDirectory(prefix="fastrecover-bench-") as tmp, \
-            broker_session(opts.bootstrap, sys.stderr) as (bootstrap, broker):
+    with (
+        tempfile.TemporaryDirectory(prefix="fastrecover-bench-") as tmp,
+        broker_session(opts.bootstrap, sys.stderr) as (bootstrap, broker),
+    ):
         workdir = Path(tmp)
         result["machine"] = machine_info(bootstrap, broker)
         result["config"] = {
-            "lags": opts.lags, "repeats": opts.repeats, "partitions": scenarios.PARTITIONS,
-            "value_bytes": scenarios.VALUE_SIZE, "live_rate_per_s": scenarios.LIVE_RATE,
-            "memory_lag": opts.memory_lag, "steady_records": opts.steady_records,
-            "steady_repeats": opts.steady_repeats, "store_commits": opts.store_commits,
-            "store_batches": opts.store_batches, "restart_store": "sqlite (file in a temp dir)",
+            "lags": opts.lags,
+            "repeats": opts.repeats,
+            "partitions": scenarios.PARTITIONS,
+            "value_bytes": scenarios.VALUE_SIZE,
+            "live_rate_per_s": scenarios.LIVE_RATE,
+            "memory_lag": opts.memory_lag,
+            "steady_records": opts.steady_records,
+            "steady_repeats": opts.steady_repeats,
+            "store_commits": opts.store_commits,
+            "store_batches": opts.store_batches,
+            "restart_store": "sqlite (file in a temp dir)",
             "workdir_filesystem": scenarios.workdir_filesystem(workdir),
             "fast_producer": scenarios.FAST_PRODUCER,
         }

@@ -124,14 +124,25 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
         produce_rate = produce_fast(spec.bootstrap, topic, spec.lag, spec.partitions)
         lag_end = log_ends(spec.bootstrap, topic, spec.partitions)
         lag = sum(lag_end.values())
-        args = ["--bootstrap", spec.bootstrap, "--topic", topic, "--group", group, "--mode", spec.mode,
-                "--lag-end", ",".join(f"{p}:{o}" for p, o in lag_end.items()), "--work-us", str(spec.work_us)]
+        args = [
+            "--bootstrap",
+            spec.bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--mode",
+            spec.mode,
+            "--lag-end",
+            ",".join(f"{p}:{o}" for p, o in lag_end.items()),
+            "--work-us",
+            str(spec.work_us),
+        ]
         if spec.mode == "fastrecover":
             args += ["--store-url", spec.store_url]
         restart = time.time()
         worker = EventProcess("fastrecover.bench.worker", args, log_file, stdin=True)
-        live = SteadyProducer(spec.bootstrap, topic, spec.live_rate, value_size=VALUE_SIZE,
-                              partitions=spec.partitions)
+        live = SteadyProducer(spec.bootstrap, topic, spec.live_rate, value_size=VALUE_SIZE, partitions=spec.partitions)
         live.start()
         stopped = False
         try:
@@ -181,8 +192,11 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
 
 
 def make_steady_consumer(variant: str, bootstrap: str, store_url: str) -> Any:
-    conf = {"bootstrap.servers": bootstrap, "group.id": f"bench-steady-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest"}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-steady-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest",
+    }
     if variant == "raw":
         return RawConsumer(conf)
     from fastrecover.consumer import Consumer
@@ -192,8 +206,9 @@ def make_steady_consumer(variant: str, bootstrap: str, store_url: str) -> Any:
     return Consumer({**conf, "enable.parallel.rebalance": True, "fastrecover.store.url": store_url})
 
 
-def steady_once(bootstrap: str, topic: str, variant: str, api: str, records: int, store_url: str,
-                batch: int = 500) -> dict[str, float]:
+def steady_once(
+    bootstrap: str, topic: str, variant: str, api: str, records: int, store_url: str, batch: int = 500
+) -> dict[str, float]:
     """Read ``records`` records of a pre-filled topic; the clock starts at the first record (join excluded).
 
     The loop is what every application does at least: check error(), read value().
@@ -251,12 +266,16 @@ def _timed(calls: int, one: Callable[[int], None]) -> dict[str, float]:
         one(i)
         latencies.append(time.perf_counter() - t0)
     total = time.perf_counter() - started
-    return {"commits_per_s": calls / total, "p50_ms": _percentile(latencies, 50) * 1e3,
-            "p99_ms": _percentile(latencies, 99) * 1e3}
+    return {
+        "commits_per_s": calls / total,
+        "p50_ms": _percentile(latencies, 50) * 1e3,
+        "p99_ms": _percentile(latencies, 99) * 1e3,
+    }
 
 
-def store_once(url: str, per_message: int, batched: int, batch_records: int = 500,
-               ranges: int = PARTITIONS) -> dict[str, dict[str, float]]:
+def store_once(
+    url: str, per_message: int, batched: int, batch_records: int = 500, ranges: int = PARTITIONS
+) -> dict[str, dict[str, float]]:
     """Commit backfill progress the way the consumer does, straight to the store.
 
     per-message: one transaction per record (``commit(message=...)`` of a
@@ -310,8 +329,9 @@ def store_settings(url: str) -> dict[str, Any]:
                     "journal_mode": conn.exec_driver_sql("pragma journal_mode").scalar(),
                     "synchronous": conn.exec_driver_sql("pragma synchronous").scalar(),
                 }
-            return {k: conn.execute(text(f"show {k}")).scalar()
-                    for k in ("server_version", "fsync", "synchronous_commit")}
+            return {
+                k: conn.execute(text(f"show {k}")).scalar() for k in ("server_version", "fsync", "synchronous_commit")
+            }
     finally:
         engine.dispose()
 

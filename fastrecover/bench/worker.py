@@ -107,6 +107,7 @@ def run(argv: list[str] | None = None) -> int:
         consumer = Consumer(config)
         recover = getattr(consumer, "_recover", None)
         if recover is not None:  # bench instrumentation: time the group join apart from the recovery
+
             def timed_recover(partitions: list[Any]) -> Any:
                 _emit("joined", partitions=len(partitions))
                 return recover(partitions)
@@ -165,9 +166,15 @@ def run(argv: list[str] | None = None) -> int:
             _emit("drained", lag=lag_seen, live=live_seen)
     sampler.stop.set()
     sampler.join(2)
-    _emit("stats", base_rss_mib=round(base_rss, 1), peak_rss_mib=round(max(sampler.peak, rss_mib()), 1),
-          max_child_queue=sampler.max_queue, lag=lag_seen, live=live_seen,
-          series=sampler.series[:: max(1, len(sampler.series) // 400)])
+    _emit(
+        "stats",
+        base_rss_mib=round(base_rss, 1),
+        peak_rss_mib=round(max(sampler.peak, rss_mib()), 1),
+        max_child_queue=sampler.max_queue,
+        lag=lag_seen,
+        live=live_seen,
+        series=sampler.series[:: max(1, len(sampler.series) // 400)],
+    )
     consumer.close()
     _emit("closed")
     return 0

@@ -239,7 +239,8 @@ def analyze(
     v.retention_deleted_unfinished = sum(deleted_in_range.values()) + sum(deleted_outside.values())
     v.skipped_recorded = sum(skipped_by_tp.values())
     v.unaccounted = sum(deleted_outside.values()) + sum(
-        max(0, n - skipped_by_tp.get(tp, 0)) for tp, n in deleted_in_range.items())
+        max(0, n - skipped_by_tp.get(tp, 0)) for tp, n in deleted_in_range.items()
+    )
 
     _incarnation_stats(v, ledger, incarnations)
     _range_stats(v, ledger, tokens)
@@ -266,8 +267,7 @@ def _incarnation_stats(v: Verdict, ledger: Sequence[LedgerEntry], incarnations: 
         prev = first_fresh.get(e.incarnation)
         if prev is None or e.done_ms < prev:
             first_fresh[e.incarnation] = e.done_ms
-    v.time_to_fresh_each = [(i.name, first_fresh[i.name] - i.started_ms) for i in incarnations
-                            if i.name in first_fresh]
+    v.time_to_fresh_each = [(i.name, first_fresh[i.name] - i.started_ms) for i in incarnations if i.name in first_fresh]
     ttf = [ms for _name, ms in v.time_to_fresh_each]
     v.time_to_fresh_ms = Stats.of(ttf)
     v.never_fresh = len(incarnations) - len(ttf)
@@ -303,8 +303,7 @@ def _range_stats(v: Verdict, ledger: Sequence[LedgerEntry], tokens: Sequence[Tok
         for (a, wa), (b, wb) in itertools.pairwise(ordered):
             if wb[0] < wa[1]:
                 v.concurrent_backfills += 1
-                v.fencing_sample.append(
-                    f"range #{token}: {b} delivered from {wb[0]} while {a} still did until {wa[1]}")
+                v.fencing_sample.append(f"range #{token}: {b} delivered from {wb[0]} while {a} still did until {wa[1]}")
                 break
 
 
@@ -319,8 +318,7 @@ def parse_ledger_line(line: str) -> LedgerEntry | None:
     try:
         token = None if parts[6] == "-" else int(parts[6])
         epoch = None if parts[7] == "-" else int(parts[7])
-        return LedgerEntry(parts[0], int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]), parts[5],
-                           token, epoch)
+        return LedgerEntry(parts[0], int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]), parts[5], token, epoch)
     except ValueError:
         return None
 

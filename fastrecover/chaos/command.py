@@ -43,8 +43,10 @@ def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from fastrecover.chaos.driver import COMMIT_MODES
 
-    p.add_argument("--bootstrap-servers", help="Kafka to use (default: $FASTRECOVER_BOOTSTRAP, else a broker "
-                   "started for the run, as the tests do)")
+    p.add_argument(
+        "--bootstrap-servers",
+        help="Kafka to use (default: $FASTRECOVER_BOOTSTRAP, else a broker started for the run, as the tests do)",
+    )
     p.add_argument("--store-url", help="range store (default: a SQLite file in the work directory)")
     p.add_argument("--workdir", type=Path, help="ledgers, logs and the producer log (default: a new temp dir)")
     p.add_argument("--cycles", type=int, default=100, help="SIGKILLs before the drain (default 100)")
@@ -52,22 +54,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topics", type=int, default=3)
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--rate", type=float, default=300.0, help="records produced per second (default 300)")
-    p.add_argument("--commit-modes", type=_names(COMMIT_MODES), default=list(COMMIT_MODES),
-                   help="commit styles drawn per incarnation (default: message,sync,async,auto)")
+    p.add_argument(
+        "--commit-modes",
+        type=_names(COMMIT_MODES),
+        default=list(COMMIT_MODES),
+        help="commit styles drawn per incarnation (default: message,sync,async,auto)",
+    )
     p.add_argument("--commit-every", type=int, default=50, help="records between sync/async commits")
     p.add_argument("--min-offsets", type=int, default=20, help="fastrecover.backfill.min.offsets")
     p.add_argument("--session-ms", type=int, default=3000)
     p.add_argument("--no-static", action="store_true", help="dynamic membership (no group.instance.id)")
-    p.add_argument("--up", type=_pair, default=(1.0, 4.0), metavar="MIN,MAX",
-                   help="seconds an incarnation runs before its SIGKILL (default 1,4)")
-    p.add_argument("--down", type=_pair, default=(0.0, 3.0), metavar="MIN,MAX",
-                   help="seconds a killed member stays down (default 0,3)")
-    p.add_argument("--stall-share", type=float, default=0.3,
-                   help="share of incarnations killed at a stall point instead of a random time (default 0.3)")
-    p.add_argument("--stall-points", type=_names(STALL_POINTS), default=list(STALL_POINTS),
-                   help=f"stall points to draw from (default: {','.join(STALL_POINTS)})")
-    p.add_argument("--fail-child-share", type=float, default=0.1,
-                   help="share of incarnations whose child thread raises mid-range (default 0.1)")
+    p.add_argument(
+        "--up",
+        type=_pair,
+        default=(1.0, 4.0),
+        metavar="MIN,MAX",
+        help="seconds an incarnation runs before its SIGKILL (default 1,4)",
+    )
+    p.add_argument(
+        "--down",
+        type=_pair,
+        default=(0.0, 3.0),
+        metavar="MIN,MAX",
+        help="seconds a killed member stays down (default 0,3)",
+    )
+    p.add_argument(
+        "--stall-share",
+        type=float,
+        default=0.3,
+        help="share of incarnations killed at a stall point instead of a random time (default 0.3)",
+    )
+    p.add_argument(
+        "--stall-points",
+        type=_names(STALL_POINTS),
+        default=list(STALL_POINTS),
+        help=f"stall points to draw from (default: {','.join(STALL_POINTS)})",
+    )
+    p.add_argument(
+        "--fail-child-share",
+        type=float,
+        default=0.1,
+        help="share of incarnations whose child thread raises mid-range (default 0.1)",
+    )
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--seed", type=int, help="random seed (default: random)")
     p.add_argument("--drain-timeout", type=float, default=300.0, help="seconds the final drain may take")
@@ -95,15 +123,34 @@ def run(args: argparse.Namespace) -> int:
     store_url = args.store_url or f"sqlite:///{workdir / 'ranges.db'}"
     with _bootstrap(args.bootstrap_servers) as servers:
         config = ChaosConfig(
-            bootstrap=servers, store_url=store_url, workdir=workdir, cycles=args.cycles, members=args.members,
-            topics=args.topics, partitions=args.partitions, rate=args.rate, commit_modes=args.commit_modes,
-            commit_every=args.commit_every, min_offsets=args.min_offsets, session_ms=args.session_ms,
-            static=not args.no_static, up_s=args.up, down_s=args.down, stall_share=args.stall_share,
-            stall_points=args.stall_points, fail_child_share=args.fail_child_share, work_us=args.work_us,
-            seed=args.seed, drain_timeout_s=args.drain_timeout)
-        print(f"chaos: {args.members} members, {args.cycles} kill cycles, {args.topics} topics x "
-              f"{args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {store_url}; "
-              f"work dir {workdir}", flush=True)
+            bootstrap=servers,
+            store_url=store_url,
+            workdir=workdir,
+            cycles=args.cycles,
+            members=args.members,
+            topics=args.topics,
+            partitions=args.partitions,
+            rate=args.rate,
+            commit_modes=args.commit_modes,
+            commit_every=args.commit_every,
+            min_offsets=args.min_offsets,
+            session_ms=args.session_ms,
+            static=not args.no_static,
+            up_s=args.up,
+            down_s=args.down,
+            stall_share=args.stall_share,
+            stall_points=args.stall_points,
+            fail_child_share=args.fail_child_share,
+            work_us=args.work_us,
+            seed=args.seed,
+            drain_timeout_s=args.drain_timeout,
+        )
+        print(
+            f"chaos: {args.members} members, {args.cycles} kill cycles, {args.topics} topics x "
+            f"{args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {store_url}; "
+            f"work dir {workdir}",
+            flush=True,
+        )
         result = ChaosDriver(config).run()
     print(format_result(result), flush=True)
     if args.json:

@@ -144,8 +144,7 @@ class ChaosResult:
 class WorkerProc:
     """One incarnation: the worker subprocess and the events it printed (also saved to a file)."""
 
-    def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str],
-                 commit_mode: str = "") -> None:
+    def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str], commit_mode: str = "") -> None:
         self.name = name
         self.commit_mode = commit_mode
         self.member = name.split("#", 1)[0]
@@ -154,10 +153,14 @@ class WorkerProc:
         self._stderr: IO[bytes] = open(workdir / "logs" / f"{safe}.log", "ab")  # noqa: SIM115
         self._events_file = open(workdir / "events" / f"{safe}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self.started_ms = int(time.time() * 1000)
-        self.proc = subprocess.Popen([sys.executable, "-m", "fastrecover.testing.worker", *argv,
-                                      "--ledger", str(self.ledger)],
-                                     stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True,
-                                     cwd=str(workdir))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fastrecover.testing.worker", *argv, "--ledger", str(self.ledger)],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            text=True,
+            cwd=str(workdir),
+        )
         self._lock = threading.Lock()
         self.events: list[dict[str, Any]] = []
         self.ended_ms: int | None = None
@@ -265,8 +268,13 @@ class ChaosDriver:
     broker away at that moment.
     """
 
-    def __init__(self, config: ChaosConfig, *, on_kill: Callable[[ChaosDriver, WorkerProc], None] | None = None,
-                 faults: Callable[[ChaosDriver, str], list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        config: ChaosConfig,
+        *,
+        on_kill: Callable[[ChaosDriver, WorkerProc], None] | None = None,
+        faults: Callable[[ChaosDriver, str], list[str]] | None = None,
+    ) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
         self.on_kill = on_kill
@@ -284,8 +292,7 @@ class ChaosDriver:
         self.produced_log = self.workdir / "produced.log"
         self._env = dict(os.environ)
         root = str(Path(fastrecover.__file__).resolve().parents[1])
-        self._env["PYTHONPATH"] = root + (os.pathsep + self._env["PYTHONPATH"] if self._env.get("PYTHONPATH")
-                                          else "")
+        self._env["PYTHONPATH"] = root + (os.pathsep + self._env["PYTHONPATH"] if self._env.get("PYTHONPATH") else "")
         self.notes: list[str] = []
         self.stalls_missed = 0
         self._target = 0
@@ -296,9 +303,27 @@ class ChaosDriver:
     def _argv(self, member: _Member, faults: bool) -> tuple[list[str], str | None, str]:
         c = self.config
         mode = self.rng.choice(list(c.commit_modes))
-        argv = ["--bootstrap", c.bootstrap, "--group", self.group, "--parallel", "--store-url", c.store_url,
-                "--min-offsets", str(c.min_offsets), "--commit", mode, "--commit-every", str(c.commit_every),
-                "--session-ms", str(c.session_ms), "--batch", str(c.batch), "--work-us", str(c.work_us)]
+        argv = [
+            "--bootstrap",
+            c.bootstrap,
+            "--group",
+            self.group,
+            "--parallel",
+            "--store-url",
+            c.store_url,
+            "--min-offsets",
+            str(c.min_offsets),
+            "--commit",
+            mode,
+            "--commit-every",
+            str(c.commit_every),
+            "--session-ms",
+            str(c.session_ms),
+            "--batch",
+            str(c.batch),
+            "--work-us",
+            str(c.work_us),
+        ]
         for t in self.topics:
             argv += ["--topic", t]
         if c.static:
@@ -392,8 +417,15 @@ class ChaosDriver:
         if c.topic_names is None:
             for t in self.topics:
                 create_topic(c.bootstrap, t, c.partitions)
-        log.info("chaos: group %s, topics %s x %d partitions, %d members, %d cycles, store %s",
-                 self.group, self.topics, c.partitions, c.members, c.cycles, c.store_url)
+        log.info(
+            "chaos: group %s, topics %s x %d partitions, %d members, %d cycles, store %s",
+            self.group,
+            self.topics,
+            c.partitions,
+            c.members,
+            c.cycles,
+            c.store_url,
+        )
         self.producer = SequencedProducer(c.bootstrap, self.topics, c.partitions, c.rate, self.produced_log)
         self.producer.start()
         if spawn:
@@ -473,8 +505,10 @@ class ChaosDriver:
             if covered and not open_ranges:
                 return passes
             if deadline.expired() or passes >= 5:
-                self.notes.append(f"drain ended after {passes} passes with {len(open_ranges)} open ranges"
-                                  f"{'' if covered else ' and records not finished'}")
+                self.notes.append(
+                    f"drain ended after {passes} passes with {len(open_ranges)} open ranges"
+                    f"{'' if covered else ' and records not finished'}"
+                )
                 return passes
             log.info("drain pass %d: %d ranges still open; running the members again", passes, len(open_ranges))
 
@@ -514,8 +548,9 @@ class ChaosDriver:
                 if missing and time.monotonic() >= next_lows:
                     next_lows = time.monotonic() + 2.0
                     for topic, part in {(k[0], k[1]) for k in missing}:
-                        lows[(topic, part)] = watermarks.get_watermark_offsets(
-                            TopicPartition(topic, part), timeout=10)[0]
+                        lows[(topic, part)] = watermarks.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[
+                            0
+                        ]
                 missing = {k for k in missing if k[2] >= lows.get((k[0], k[1]), 0)}
                 if not missing:
                     return True
@@ -563,11 +598,30 @@ class ChaosDriver:
         lows, present = read_topic(c.bootstrap, self.topics, c.partitions)
         incs = [p.incarnation() for p in self.procs]
         owners, assigned = self._ownership(tokens)
-        verdict = analyze(produced, ledger, incarnations=incs, tokens=tokens, low_watermarks=lows,
-                          present=present, malformed_lines=bad, owners=owners, assigned=assigned)
-        result = ChaosResult(verdict, c, self.group, self.topics, time.monotonic() - began, chaos_end - began,
-                             drain_end - chaos_end, passes, incs, stalls_missed=self.stalls_missed,
-                             notes=list(self.notes))
+        verdict = analyze(
+            produced,
+            ledger,
+            incarnations=incs,
+            tokens=tokens,
+            low_watermarks=lows,
+            present=present,
+            malformed_lines=bad,
+            owners=owners,
+            assigned=assigned,
+        )
+        result = ChaosResult(
+            verdict,
+            c,
+            self.group,
+            self.topics,
+            time.monotonic() - began,
+            chaos_end - began,
+            drain_end - chaos_end,
+            passes,
+            incs,
+            stalls_missed=self.stalls_missed,
+            notes=list(self.notes),
+        )
         for p in self.procs:
             result.commit_modes[p.commit_mode] += 1
             for e in p.count("stalled"):

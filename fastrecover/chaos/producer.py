@@ -29,8 +29,16 @@ _TICK_S = 0.01
 class SequencedProducer:
     """Produce ``rate`` records/s over ``topics`` x ``partitions`` in a background thread."""
 
-    def __init__(self, bootstrap: str, topics: Sequence[str], partitions: int, rate: float, log_path: Path,
-                 *, config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Sequence[str],
+        partitions: int,
+        rate: float,
+        log_path: Path,
+        *,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be > 0, got {rate!r}")
         self.topics = list(topics)
@@ -99,8 +107,13 @@ class SequencedProducer:
                     index += 1
                     seq = self._seq.get((topic, partition), 0)
                     try:
-                        producer.produce(topic, value=str(seq).encode(), key=str(seq).encode(),
-                                         partition=partition, on_delivery=report)
+                        producer.produce(
+                            topic,
+                            value=str(seq).encode(),
+                            key=str(seq).encode(),
+                            partition=partition,
+                            on_delivery=report,
+                        )
                     except BufferError:
                         index -= 1
                         break  # local queue full (broker away): try again next tick
@@ -113,11 +126,18 @@ class SequencedProducer:
         log.info("producer: %d sent, %d acknowledged, %d failed", self.sent, self.acked, self.failed)
 
 
-def read_topic(bootstrap: str, topics: Sequence[str], partitions: int,
-               timeout: float = 120.0) -> tuple[dict[tuple[str, int], int], set[tuple[str, int, int]]]:
+def read_topic(
+    bootstrap: str, topics: Sequence[str], partitions: int, timeout: float = 120.0
+) -> tuple[dict[tuple[str, int], int], set[tuple[str, int, int]]]:
     """Low watermark of every partition and every (topic, partition, offset) the topic still holds."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fastrecover-chaos-checker",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "fastrecover-chaos-checker",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     try:
         lows: dict[tuple[str, int], int] = {}
         highs: dict[tuple[str, int], int] = {}

@@ -64,8 +64,7 @@ def result_rows(r: ChaosResult) -> list[tuple[str, str]]:
         ("child threads failed on purpose", str(r.child_failures)),
         ("recoveries with ranges / degraded", f"{r.recoveries} / {r.degraded_recoveries}"),
         ("commits that failed (and were retried)", _counter(r.commit_failures)),
-        ("run time: chaos / drain (passes)", f"{r.chaos_seconds:.0f} s / {r.drain_seconds:.0f} s "
-                                             f"({r.drain_passes})"),
+        ("run time: chaos / drain (passes)", f"{r.chaos_seconds:.0f} s / {r.drain_seconds:.0f} s ({r.drain_passes})"),
     ]
 
 

@@ -167,8 +167,6 @@ def merge_progress(stored: RangeProgress, new: RangeProgress) -> RangeProgress:
     committed offset backwards.  Both must describe the same range.
     """
     if (stored.start, stored.end) != (new.start, new.end):
-        raise ValueError(
-            f"cannot merge progress of [{new.start}, {new.end}) into range [{stored.start}, {stored.end})"
-        )
+        raise ValueError(f"cannot merge progress of [{new.start}, {new.end}) into range [{stored.start}, {stored.end})")
     ahead, behind = (new, stored) if new.committed >= stored.committed else (stored, new)
     return ahead.mark_done(behind.completed)

@@ -132,9 +132,7 @@ def ensure_schema(engine: Engine, url: str, *, create: bool) -> str:
     if revision is not None:
         return revision
     if not create:
-        raise SchemaBehindError(
-            f"range store {mask_url(url)} has no fastrecover schema; run: {upgrade_command(url)}"
-        )
+        raise SchemaBehindError(f"range store {mask_url(url)} has no fastrecover schema; run: {upgrade_command(url)}")
     _upgrade_engine(engine, url, only_if_empty=True)
     revision = check_schema(engine, url)
     if revision is None:  # pragma: no cover - the upgrade just created it
@@ -175,7 +173,5 @@ def upgrade(url: str) -> str:
     finally:
         engine.dispose()
     if revision != HEAD_REVISION:
-        raise StoreError(
-            f"range store {mask_url(url)} is at revision {revision} after upgrade, not {HEAD_REVISION}"
-        )
+        raise StoreError(f"range store {mask_url(url)} is at revision {revision} after upgrade, not {HEAD_REVISION}")
     return revision

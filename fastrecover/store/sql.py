@@ -145,9 +145,7 @@ def translate_errors(masked_url: str, action: str) -> Iterator[None]:
     try:
         yield
     except _UNAVAILABLE as exc:
-        raise StoreUnavailableError(
-            f"range store {masked_url} is unavailable while {action}: {_reason(exc)}"
-        ) from exc
+        raise StoreUnavailableError(f"range store {masked_url} is unavailable while {action}: {_reason(exc)}") from exc
     except DBAPIError as exc:
         if exc.connection_invalidated:
             raise StoreUnavailableError(
@@ -307,9 +305,7 @@ class RangeStore:
 
     # -- creating -------------------------------------------------------------
 
-    def create_range(
-        self, group: str, topic: str, partition: int, start: int, end: int, owner: str | None
-    ) -> Token:
+    def create_range(self, group: str, topic: str, partition: int, start: int, end: int, owner: str | None) -> Token:
         """Record a new range to backfill, owned by ``owner`` at epoch 1.
 
         Idempotent on (group, topic, partition, start) so recovery can be re-run
@@ -325,8 +321,7 @@ class RangeStore:
             _check_int(what, value)
         if end < start:
             raise ValueError(
-                f"cannot create range [{start}, {end}) for {group}/{topic}[{partition}]: "
-                f"end {end} < start {start}"
+                f"cannot create range [{start}, {end}) for {group}/{topic}[{partition}]: end {end} < start {start}"
             )
         now = _now()
         done = start == end
@@ -348,11 +343,7 @@ class RangeStore:
         }
         with self._tx("creating a range", write=True) as conn:
             self._insert_ignore(conn, values)
-            row = (
-                conn.execute(select(_T).where(and_(*(_T.c[k] == values[k] for k in _KEY_COLUMNS))))
-                .mappings()
-                .one()
-            )
+            row = conn.execute(select(_T).where(and_(*(_T.c[k] == values[k] for k in _KEY_COLUMNS)))).mappings().one()
         token = token_from_row(row)
         if token.progress.end != end:
             log.warning(
@@ -372,13 +363,9 @@ class RangeStore:
     def _insert_ignore(conn: Connection, values: Mapping[str, Any]) -> None:
         dialect = conn.dialect.name
         if dialect == "postgresql":
-            conn.execute(
-                pg_insert(_T).values(**values).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key")
-            )
+            conn.execute(pg_insert(_T).values(**values).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key"))
         elif dialect == "sqlite":
-            conn.execute(
-                sqlite_insert(_T).values(**values).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS))
-            )
+            conn.execute(sqlite_insert(_T).values(**values).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS)))
         else:
             try:
                 with conn.begin_nested():
@@ -435,9 +422,7 @@ class RangeStore:
             where.append(_T.c.end_offset > ending_after)
         return self._select(where, f"reading ranges of {group!r}/{topic}[{partition}]", skip_corrupt)
 
-    def ranges(
-        self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False
-    ) -> list[Token]:
+    def ranges(self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False) -> list[Token]:
         """All ranges (of one group, or of every group), for status displays."""
         where: list[ColumnElement[bool]] = []
         if group is not None:
@@ -583,9 +568,7 @@ class RangeStore:
             )
             released = bool(res.rowcount == 1)
         if not released:
-            log.info(
-                "release of range #%d by owner=%r epoch=%d ignored: no longer held", token_id, owner, epoch
-            )
+            log.info("release of range #%d by owner=%r epoch=%d ignored: no longer held", token_id, owner, epoch)
         return released
 
 

@@ -32,8 +32,9 @@ class SteadyProducer:
     ``partitions`` spreads records round-robin over that many partitions.
     """
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, *, value_size: int | None = None,
-                 partitions: int | None = None) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, rate: int, *, value_size: int | None = None, partitions: int | None = None
+    ) -> None:
         self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         self._topic, self._rate = topic, rate
         self._value_size, self._partitions = value_size, partitions
@@ -68,8 +69,9 @@ class SteadyProducer:
             due = int((time.monotonic() - start) * self._rate)
             while self.sent < due:
                 if self._partitions:
-                    self._producer.produce(self._topic, value=self._value(self.sent),
-                                           partition=self.sent % self._partitions)
+                    self._producer.produce(
+                        self._topic, value=self._value(self.sent), partition=self.sent % self._partitions
+                    )
                 else:
                     self._producer.produce(self._topic, value=self._value(self.sent))
                 self.sent += 1
@@ -85,8 +87,13 @@ class EventProcess:
     """
 
     def __init__(self, module: str, args: list[str], log_file: TextIO, *, stdin: bool = False) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
-                                     stdin=subprocess.PIPE if stdin else None, stderr=log_file, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else None,
+            stderr=log_file,
+            text=True,
+        )
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()

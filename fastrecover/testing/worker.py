@@ -68,8 +68,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--commit",
         choices=["message", "sync", "async", "auto", "none"],
         default="sync",
-        help="message: commit(message) per record; sync/async: commit() every --commit-every; "
-        "auto: enable.auto.commit",
+        help="message: commit(message) per record; sync/async: commit() every --commit-every; auto: enable.auto.commit",
     )
     p.add_argument("--commit-every", type=int, default=100)
     p.add_argument(
@@ -93,8 +92,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fail-child-after", type=int, help="the child thread raises on its N-th batch (once)")
     p.add_argument("--stall-at", choices=STALL_POINTS, help="block at this point until killed")
     p.add_argument("--stall-after", type=int, default=1, help="block the K-th time --stall-at is reached")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra consumer property (repeatable)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="extra consumer property (repeatable)"
+    )
     return p.parse_args(argv)
 
 
@@ -192,16 +192,25 @@ def _routes(consumer: Any) -> dict[tuple[str, int], list[tuple[int, int, int, in
     out: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
     for token, _progress in consumer.backfill_progress():
         out.setdefault((token.topic, token.partition), []).append(
-            (token.span.start, token.span.end, token.id, token.epoch))
+            (token.span.start, token.span.end, token.id, token.epoch)
+        )
     return out
 
 
 def _report_recoveries(consumer: Any, seen: int) -> int:
     reports = getattr(consumer, "recoveries", [])
     for r in reports[seen:]:
-        _emit("recovery", topic=r.key.topic, partition=r.key.partition, committed=r.committed,
-              log_end=r.log_end, primary_start=r.primary_start,
-              new_ranges=[[s.start, s.end] for s in r.new_ranges], resumed=list(r.resumed), degraded=r.degraded)
+        _emit(
+            "recovery",
+            topic=r.key.topic,
+            partition=r.key.partition,
+            committed=r.committed,
+            log_end=r.log_end,
+            primary_start=r.primary_start,
+            new_ranges=[[s.start, s.end] for s in r.new_ranges],
+            resumed=list(r.resumed),
+            degraded=r.degraded,
+        )
     return len(reports)
 
 
@@ -309,8 +318,13 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _process(msg: Message, work_us: int, ledger: TextIO, member: str | None,
-             routes: dict[tuple[str, int], list[tuple[int, int, int, int]]]) -> int | None:
+def _process(
+    msg: Message,
+    work_us: int,
+    ledger: TextIO,
+    member: str | None,
+    routes: dict[tuple[str, int], list[tuple[int, int, int, int]]],
+) -> int | None:
     """Do the record's "work" and append it to the ledger; returns its range's token id (None: primary)."""
     if work_us:
         end = time.perf_counter() + work_us / 1e6
@@ -327,8 +341,9 @@ def _process(msg: Message, work_us: int, ledger: TextIO, member: str | None,
             token, epoch, found = str(token_id), str(token_epoch), token_id
             break
     _ts_type, produced_ms = msg.timestamp()
-    ledger.write(f"{msg.topic()} {msg.partition()} {offset} {int(time.time() * 1000)} {produced_ms} "
-                 f"{member} {token} {epoch}\n")
+    ledger.write(
+        f"{msg.topic()} {msg.partition()} {offset} {int(time.time() * 1000)} {produced_ms} {member} {token} {epoch}\n"
+    )
     return found
 
 

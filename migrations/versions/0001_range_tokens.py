@@ -26,9 +26,7 @@ _NOW = sa.text("CURRENT_TIMESTAMP")
 def upgrade() -> None:
     op.create_table(
         "fastrecover_ranges",
-        sa.Column(
-            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True
-        ),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
         sa.Column("group_id", sa.String(255), nullable=False),
         sa.Column("topic", sa.String(255), nullable=False),
         sa.Column("partition", sa.Integer(), nullable=False),
@@ -44,9 +42,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_fastrecover_ranges")),
-        sa.UniqueConstraint(
-            "group_id", "topic", "partition", "start_offset", name=op.f("uq_fastrecover_ranges_key")
-        ),
+        sa.UniqueConstraint("group_id", "topic", "partition", "start_offset", name=op.f("uq_fastrecover_ranges_key")),
         sa.CheckConstraint("start_offset >= 0", name=op.f("ck_fastrecover_ranges_start_nonneg")),
         sa.CheckConstraint(
             "start_offset <= committed_offset AND committed_offset <= end_offset",

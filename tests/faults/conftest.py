@@ -32,21 +32,37 @@ def cycles(bounded: int) -> int:
 
 
 @pytest.fixture
-def chaos_driver(bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path,
-                 request: pytest.FixtureRequest) -> Iterator[DriverFactory]:
+def chaos_driver(
+    bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[DriverFactory]:
     """Make a ChaosDriver on test-owned topics; every process it started is killed at teardown."""
     made: list[ChaosDriver] = []
 
-    def make(*, topics: int = 3, partitions: int = 6, store_url: str | None = None,
-             bootstrap_servers: str | None = None, on_kill: Any = None, **kwargs: Any) -> ChaosDriver:
+    def make(
+        *,
+        topics: int = 3,
+        partitions: int = 6,
+        store_url: str | None = None,
+        bootstrap_servers: str | None = None,
+        on_kill: Any = None,
+        **kwargs: Any,
+    ) -> ChaosDriver:
         servers = bootstrap_servers or bootstrap
         names = None
         if bootstrap_servers is None:
             names = [topic_factory(partitions=partitions) for _ in range(topics)]
         seed = int(os.environ.get("FASTRECOVER_CHAOS_SEED", "0")) or zlib.crc32(request.node.name.encode())
-        config = ChaosConfig(bootstrap=servers, store_url=store_url or f"sqlite:///{tmp_path / 'ranges.db'}",
-                             workdir=tmp_path / "chaos", topics=topics, partitions=partitions, group=unique_group,
-                             topic_names=names, seed=seed, **kwargs)
+        config = ChaosConfig(
+            bootstrap=servers,
+            store_url=store_url or f"sqlite:///{tmp_path / 'ranges.db'}",
+            workdir=tmp_path / "chaos",
+            topics=topics,
+            partitions=partitions,
+            group=unique_group,
+            topic_names=names,
+            seed=seed,
+            **kwargs,
+        )
         log.info("chaos seed %d (FASTRECOVER_CHAOS_SEED reproduces it), work dir %s", seed, config.workdir)
         driver = ChaosDriver(config, on_kill=on_kill)
         made.append(driver)

@@ -55,8 +55,8 @@ def _seeded_store(url: str) -> list[tuple[Any, ...]]:
     ],
 )
 def test_malformed_config_is_refused_by_name_and_touches_no_store(
-        bootstrap: str, unique_group: str, tmp_path: Path, key: str, value: Any, error: type[Exception],
-        needle: str) -> None:
+    bootstrap: str, unique_group: str, tmp_path: Path, key: str, value: Any, error: type[Exception], needle: str
+) -> None:
     url = f"sqlite:///{tmp_path / 'ranges.db'}"
     before = _seeded_store(url)
     with pytest.raises(error, match=re.escape(needle)):
@@ -86,8 +86,13 @@ def test_topic_that_does_not_exist_is_reported_by_name(bootstrap: str, unique_gr
 
 
 def test_corrupt_token_row_is_named_never_rewritten_and_its_range_survives(
-        bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    bootstrap: str,
+    topic_factory: Any,
+    unique_group: str,
+    store_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
     crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=20, block_at=50)
@@ -109,8 +114,10 @@ def test_corrupt_token_row_is_named_never_rewritten_and_its_range_survives(
     engine = build_engine(store_url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE fastrecover_ranges SET completed = 'not a completion map' WHERE id = :i"),
-                         {"i": token.id})
+            conn.execute(
+                sa.text("UPDATE fastrecover_ranges SET completed = 'not a completion map' WHERE id = :i"),
+                {"i": token.id},
+            )
     finally:
         engine.dispose()
     corrupted = _rows(store_url)
@@ -139,15 +146,21 @@ def test_corrupt_token_row_is_named_never_rewritten_and_its_range_survives(
     try:
         third.subscribe([topic])
         last: list[Message] = []
-        poll_until(third, last, lambda: {m.offset() for m in last} >= set(range(30, 200)), 60,
-                   "the repaired range backfilled from its committed offset")
+        poll_until(
+            third,
+            last,
+            lambda: {m.offset() for m in last} >= set(range(30, 200)),
+            60,
+            "the repaired range backfilled from its committed offset",
+        )
         assert min(m.offset() for m in last) == 30
     finally:
         third.close()
 
 
-def test_store_at_an_older_schema_is_refused_and_left_as_it_is(bootstrap: str, unique_group: str,
-                                                               store_url: str) -> None:
+def test_store_at_an_older_schema_is_refused_and_left_as_it_is(
+    bootstrap: str, unique_group: str, store_url: str
+) -> None:
     before = _seeded_store(store_url)
     engine = build_engine(store_url)
     try:
@@ -166,7 +179,8 @@ def test_store_at_an_older_schema_is_refused_and_left_as_it_is(bootstrap: str, u
 
 
 def test_commit_of_unassigned_partitions_names_them_and_commits_nothing(
-        bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path) -> None:
+    bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'ranges.db'}"
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
@@ -180,8 +194,12 @@ def test_commit_of_unassigned_partitions_names_them_and_commits_nothing(
         before_rows = _rows(url)
         before_kafka = [tp.offset for tp in group_offsets(bootstrap, unique_group, topic)]
         # a range offset and a primary offset of the assigned partition, plus two strays
-        bad = [TopicPartition(topic, 0, 13), TopicPartition(topic, 0, 100), TopicPartition("nope", 3, 10),
-               TopicPartition(topic, 7, 1)]
+        bad = [
+            TopicPartition(topic, 0, 13),
+            TopicPartition(topic, 0, 100),
+            TopicPartition("nope", 3, 10),
+            TopicPartition(topic, 7, 1),
+        ]
         for asynchronous in (False, True):
             with pytest.raises(StateError, match=rf"not assigned.*nope\[3\].*{re.escape(topic)}\[7\]"):
                 consumer.commit(offsets=bad, asynchronous=asynchronous)

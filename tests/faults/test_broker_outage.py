@@ -25,14 +25,22 @@ def private_broker() -> Iterator[LocalJarBroker]:
         broker.close()
 
 
-def test_broker_stop_and_restart_loses_nothing_and_both_resume(private_broker: LocalJarBroker,
-                                                               chaos_driver: DriverFactory) -> None:
-    driver = chaos_driver(members=2, cycles=0, topics=2, partitions=4, rate=200.0,
-                          bootstrap_servers=private_broker.bootstrap, commit_modes=("sync", "message"),
-                          stall_share=0.0, fail_child_share=0.0)
+def test_broker_stop_and_restart_loses_nothing_and_both_resume(
+    private_broker: LocalJarBroker, chaos_driver: DriverFactory
+) -> None:
+    driver = chaos_driver(
+        members=2,
+        cycles=0,
+        topics=2,
+        partitions=4,
+        rate=200.0,
+        bootstrap_servers=private_broker.bootstrap,
+        commit_modes=("sync", "message"),
+        stall_share=0.0,
+        fail_child_share=0.0,
+    )
     driver.start()
-    wait_for(lambda: all(driver.finished_by(i, 0) >= 100 for i in (0, 1)), 90, 0.2,
-             "both members to finish records")
+    wait_for(lambda: all(driver.finished_by(i, 0) >= 100 for i in (0, 1)), 90, 0.2, "both members to finish records")
     producer = driver.producer
     assert producer is not None
     private_broker.stop()
@@ -40,8 +48,12 @@ def test_broker_stop_and_restart_loses_nothing_and_both_resume(private_broker: L
     wait_for(lambda: producer.sent - producer.acked >= 1000, 60, 0.1, "a backlog of 1000 unacknowledged records")
     private_broker.start()
     back_ms = int(time.time() * 1000)
-    wait_for(lambda: all(driver.finished_by(i, back_ms) > 0 for i in (0, 1)), 120, 0.2,
-             "both members to finish records after the broker came back")
+    wait_for(
+        lambda: all(driver.finished_by(i, back_ms) > 0 for i in (0, 1)),
+        120,
+        0.2,
+        "both members to finish records after the broker came back",
+    )
     for i in (0, 1):
         proc = driver.proc(i)
         assert proc is not None and proc.alive, f"member {i} died with the broker"

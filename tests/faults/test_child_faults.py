@@ -25,9 +25,22 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(chaos_driver: D
 
     # incarnation 2: its child thread raises on its 2nd batch; commits per message; SIGKILLed at its
     # 60th backfilled record, i.e. while the (restarted) child is mid-range
-    second = driver.spawn(0, faults=False, extra=[
-        "--commit", "message", "--fail-child-after", "2", "--set", "fastrecover.backfill.batch.size=20",
-        "--stall-at", "backfill", "--stall-after", "60"])
+    second = driver.spawn(
+        0,
+        faults=False,
+        extra=[
+            "--commit",
+            "message",
+            "--fail-child-after",
+            "2",
+            "--set",
+            "fastrecover.backfill.batch.size=20",
+            "--stall-at",
+            "backfill",
+            "--stall-after",
+            "60",
+        ],
+    )
     wait_for(lambda: second.has("stalled"), 90, 0.05, "the second incarnation to stall mid-range")
     assert second.has("child-failure-injected"), second.events[-5:]
     driver.kill(0)
@@ -37,8 +50,9 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(chaos_driver: D
     with open_store(driver.config.store_url) as store:
         snapshot: list[Token] = store.open_ranges(driver.group)
     assert snapshot, "the kill must leave ranges open"
-    assert any(t.progress.committed > t.progress.start for t in snapshot), \
+    assert any(t.progress.committed > t.progress.start for t in snapshot), (
         f"some range must have committed progress to resume from: {[t.describe() for t in snapshot]}"
+    )
 
     driver.spawn(0, faults=False, extra=["--commit", "sync"])
     result = driver.finish()
@@ -52,8 +66,11 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(chaos_driver: D
     entries, _ = read_ledgers([driver.workdir / "ledger" / "m1-3.ledger"])
     for t in snapshot:
         delivered = [e.offset for e in entries if e.token == t.id]
-        expected = min(o for o in range(t.progress.committed, t.progress.end + 1)
-                       if o == t.progress.end or o not in t.progress.completed)
+        expected = min(
+            o
+            for o in range(t.progress.committed, t.progress.end + 1)
+            if o == t.progress.end or o not in t.progress.completed
+        )
         if expected == t.progress.end:
             continue
         assert delivered, f"range #{t.id} was not backfilled by the next incarnation"

@@ -21,10 +21,40 @@ def test_chaos_command_prints_the_table_and_writes_the_verdict(bootstrap: str, t
     out = tmp_path / "verdict.json"
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
-        [sys.executable, "-m", "fastrecover", "chaos", "--bootstrap-servers", bootstrap, "--cycles", "3",
-         "--members", "2", "--topics", "1", "--partitions", "3", "--rate", "100", "--up", "1,2", "--down", "0,1",
-         "--seed", "1", "--workdir", str(tmp_path / "run"), "--json", str(out)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+        [
+            sys.executable,
+            "-m",
+            "fastrecover",
+            "chaos",
+            "--bootstrap-servers",
+            bootstrap,
+            "--cycles",
+            "3",
+            "--members",
+            "2",
+            "--topics",
+            "1",
+            "--partitions",
+            "3",
+            "--rate",
+            "100",
+            "--up",
+            "1,2",
+            "--down",
+            "0,1",
+            "--seed",
+            "1",
+            "--workdir",
+            str(tmp_path / "run"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=str(tmp_path),
+    )
     verdict = json.loads(out.read_text()) if out.exists() else {}
     try:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

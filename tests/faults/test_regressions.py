@@ -18,7 +18,8 @@ pytestmark = pytest.mark.faults
 
 
 def test_new_range_starting_where_a_done_range_starts_is_not_cut_short(
-        bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     """Lost records 1468..1555 in the 300-cycle campaign (seed 333).
 
     An incarnation recovered a partition at committed offset C, created range [C, E1), backfilled and
@@ -40,8 +41,13 @@ def test_new_range_starting_where_a_done_range_starts_is_not_cut_short(
     try:
         consumer.subscribe([topic])
         got: list[Message] = []
-        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(60, 100)), 30,
-                   "the records after the done range")
+        poll_until(
+            consumer,
+            got,
+            lambda: {m.offset() for m in got} >= set(range(60, 100)),
+            30,
+            "the records after the done range",
+        )
         assert not {m.offset() for m in got} & set(range(10, 60)), "the done range is not read again"
     finally:
         consumer.close()

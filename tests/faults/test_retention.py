@@ -15,8 +15,9 @@ pytestmark = pytest.mark.faults
 
 
 def test_retention_inside_an_open_range_is_counted_and_reported(chaos_driver: DriverFactory) -> None:
-    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=300.0, stall_share=0.0,
-                          fail_child_share=0.0)
+    driver = chaos_driver(
+        members=1, cycles=0, topics=1, partitions=3, rate=300.0, stall_share=0.0, fail_child_share=0.0
+    )
     driver.start(spawn=False)
     driver.spawn(0, faults=False, extra=["--commit", "sync"])
     wait_for(lambda: driver.finished_by(0, 0) >= 150, 60, 0.1, "the first incarnation to finish 150 records")
@@ -26,8 +27,9 @@ def test_retention_inside_an_open_range_is_counted_and_reported(chaos_driver: Dr
     target = producer.acked + 900
     wait_for(lambda: producer.acked >= target, 60, 0.1, "a lag of 300 records per partition")
     # the second incarnation opens the ranges and dies after 10 backfilled records
-    second = driver.spawn(0, faults=False, extra=["--commit", "message", "--stall-at", "backfill",
-                                                  "--stall-after", "10"])
+    second = driver.spawn(
+        0, faults=False, extra=["--commit", "message", "--stall-at", "backfill", "--stall-after", "10"]
+    )
     wait_for(lambda: second.has("stalled"), 60, 0.05, "the second incarnation to stall mid-range")
     driver.kill(0)
     with open_store(driver.config.store_url) as store:

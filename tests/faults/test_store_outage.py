@@ -63,16 +63,17 @@ def _finishes_after(driver: ChaosDriver, since_ms: int) -> None:
     wait_for(lambda: driver.finished_by(0, since_ms) > 0, 60, 0.1, "the member to keep finishing records")
 
 
-def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(chaos_driver: DriverFactory,
-                                                                      tmp_path: Path) -> None:
+def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(
+    chaos_driver: DriverFactory, tmp_path: Path
+) -> None:
     db = tmp_path / "ranges.db"
-    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=150.0, store_url=f"sqlite:///{db}",
-                          **QUIET)
+    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=150.0, store_url=f"sqlite:///{db}", **QUIET)
     _first_run(driver)
     _lag(driver, 450)
     # incarnation 2 opens ranges and is SIGKILLed mid-range (they are in the store and in the mirror)
-    second = driver.spawn(0, faults=False, extra=["--commit", "message", "--stall-at", "backfill",
-                                                  "--stall-after", "30"])
+    second = driver.spawn(
+        0, faults=False, extra=["--commit", "message", "--stall-at", "backfill", "--stall-after", "30"]
+    )
     wait_for(lambda: second.has("stalled"), 60, 0.05, "the second incarnation to stall mid-range")
     driver.kill(0)
     with open_store(f"sqlite:///{db}") as store:
@@ -98,8 +99,15 @@ def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(chaos_driv
         for i in range(old_ids):
             store.create_range("id-padding", "none", 0, i, i + 1, None)
     fourth = driver.spawn(0, faults=False, extra=["--commit", "sync"])
-    wait_for(lambda: any(e.get("new_ranges") or e.get("resumed") for e in fourth.count("recovery"))
-             or "commit-metadata mirror" in _log(driver, fourth), 60, 0.1, "the fourth incarnation to recover")
+    wait_for(
+        lambda: (
+            any(e.get("new_ranges") or e.get("resumed") for e in fourth.count("recovery"))
+            or "commit-metadata mirror" in _log(driver, fourth)
+        ),
+        60,
+        0.1,
+        "the fourth incarnation to recover",
+    )
     result = driver.finish()
     table = verdict_ok(result)
     assert result.verdict.ok, table
@@ -107,15 +115,16 @@ def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(chaos_driv
     with open_store(f"sqlite:///{db}") as store:
         restored = store.ranges(driver.group)
     for old in lost_ranges:
-        assert any(t.key == old.key and t.span.start <= old.progress.committed and t.span.end == old.span.end
-                   for t in restored), f"{old.describe()} not restored: {[t.describe() for t in restored]}"
+        assert any(
+            t.key == old.key and t.span.start <= old.progress.committed and t.span.end == old.span.end for t in restored
+        ), f"{old.describe()} not restored: {[t.describe() for t in restored]}"
 
 
-def test_sqlite_locked_during_backfill_commits_fails_loudly_and_retries(chaos_driver: DriverFactory,
-                                                                        tmp_path: Path) -> None:
+def test_sqlite_locked_during_backfill_commits_fails_loudly_and_retries(
+    chaos_driver: DriverFactory, tmp_path: Path
+) -> None:
     db = tmp_path / "ranges.db"
-    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=300.0, store_url=f"sqlite:///{db}",
-                          **QUIET)
+    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=300.0, store_url=f"sqlite:///{db}", **QUIET)
     _first_run(driver)
     _lag(driver, 1500)
     second = driver.spawn(0, faults=False, extra=["--commit", "sync", "--commit-every", "20", "--work-us", "2000"])
@@ -154,13 +163,12 @@ def _pg_reachable(admin: Engine, name: str, reachable: bool) -> None:
     with admin.connect() as conn:
         conn.exec_driver_sql(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {"true" if reachable else "false"}')
         if not reachable:
-            conn.exec_driver_sql(
-                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
 
 
-def test_postgresql_unreachable_during_recovery_and_backfill_commits(chaos_driver: DriverFactory,
-                                                                     pg_store: tuple[str, str],
-                                                                     pg_admin_engine: Engine) -> None:
+def test_postgresql_unreachable_during_recovery_and_backfill_commits(
+    chaos_driver: DriverFactory, pg_store: tuple[str, str], pg_admin_engine: Engine
+) -> None:
     url, name = pg_store
     driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=300.0, store_url=url, **QUIET)
     _first_run(driver)

@@ -52,8 +52,18 @@ def poll_until(consumer: Consumer, sink: list[Message], done: Any, timeout: floa
     wait_for(step, timeout, interval=0.001, what=what)
 
 
-def lag_after_crash(bootstrap: str, topic: str, group: str, store_url: str, tmp_path: Path, *,
-                    produced: int, commit_at: int, block_at: int, log_end: int) -> None:
+def lag_after_crash(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    store_url: str,
+    tmp_path: Path,
+    *,
+    produced: int,
+    commit_at: int,
+    block_at: int,
+    log_end: int,
+) -> None:
     """The KIP's set-up on partition 0: ``produced`` records, a worker that commits ``commit_at``
     and is SIGKILLed at ``block_at``, then the log grows to ``log_end`` while nobody consumes."""
     produce(bootstrap, topic, [f"r{i}" for i in range(produced)], partition=0)
@@ -61,13 +71,34 @@ def lag_after_crash(bootstrap: str, topic: str, group: str, store_url: str, tmp_
     produce(bootstrap, topic, [f"r{i}" for i in range(produced, log_end)], partition=0)
 
 
-def crash_after_commit(bootstrap: str, topic: str, group: str, store_url: str, tmp_path: Path,
-                       commit_at: int, block_at: int) -> None:
+def crash_after_commit(
+    bootstrap: str, topic: str, group: str, store_url: str, tmp_path: Path, commit_at: int, block_at: int
+) -> None:
     """Run a parallel-mode worker process that commits ``commit_at`` and is SIGKILLed at ``block_at``."""
     worker = WorkerProcess(
-        ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--parallel", "--store-url", store_url,
-         "--min-offsets", "10", "--ledger", str(tmp_path / "ledger"), "--commit", "none",
-         "--commit-at", str(commit_at), "--block-at", str(block_at), "--session-ms", str(SESSION_MS)],
+        [
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--parallel",
+            "--store-url",
+            store_url,
+            "--min-offsets",
+            "10",
+            "--ledger",
+            str(tmp_path / "ledger"),
+            "--commit",
+            "none",
+            "--commit-at",
+            str(commit_at),
+            "--block-at",
+            str(block_at),
+            "--session-ms",
+            str(SESSION_MS),
+        ],
         tmp_path / "worker.log",
     )
     try:

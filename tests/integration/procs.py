@@ -25,7 +25,11 @@ class WorkerProcess:
         self._stderr = open(log_path, "ab")  # noqa: SIM115 - closed in kill()/wait()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fastrecover.testing.worker", *args],
-            stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True, cwd=str(log_path.parent),
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            text=True,
+            cwd=str(log_path.parent),
         )
         self.events: list[dict[str, Any]] = []
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue()

@@ -42,9 +42,7 @@ def test_status_lists_open_ranges_and_all(store_url: str, capsys: pytest.Capture
         done = store.create_range("grp", "orders", 1, 0, 50, "host-1")
         other = store.create_range("other", "t", 2, 0, 10, None)
         store.commit_one(
-            ProgressUpdate(
-                busy.id, "host-1", 1, RangeProgress(100, 1100, 400, frozenset({500, 501})), skipped=7
-            )
+            ProgressUpdate(busy.id, "host-1", 1, RangeProgress(100, 1100, 400, frozenset({500, 501})), skipped=7)
         )
         store.commit_one(ProgressUpdate(done.id, "host-1", 1, RangeProgress(0, 50, 50)))
 
@@ -84,9 +82,7 @@ def test_status_lists_open_ranges_and_all(store_url: str, capsys: pytest.Capture
     assert rows[-1][:5] == ["2", "ranges", "of", "group", "'grp'"]
 
 
-def test_status_without_schema_names_the_upgrade_command(
-    store_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_status_without_schema_names_the_upgrade_command(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--store-url", store_url]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fastrecover: error: ")
@@ -94,9 +90,7 @@ def test_status_without_schema_names_the_upgrade_command(
     assert "Traceback" not in err
 
 
-def test_status_of_missing_sqlite_file_does_not_create_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_status_of_missing_sqlite_file_does_not_create_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "typo.db"
     assert main(["status", "--store-url", f"sqlite:///{path}"]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -60,16 +60,37 @@ def _poll_until(consumer: Consumer, sink: list[Message], done: Any, timeout: flo
     wait_for(step, timeout, interval=0.001, what=what)
 
 
-def test_kip_worked_example(bootstrap: str, topic_factory: Any, unique_group: str, store_url: str,
-                            tmp_path: Path) -> None:
+def test_kip_worked_example(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=1)
     group = unique_group
     produce(bootstrap, topic, [f"r{i}" for i in range(100)], partition=0)
 
     worker = WorkerProcess(
-        ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--parallel", "--store-url", store_url,
-         "--min-offsets", "10", "--ledger", str(tmp_path / "ledger"), "--commit", "none",
-         "--commit-at", "70", "--block-at", "100", "--session-ms", str(SESSION_MS)],
+        [
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--parallel",
+            "--store-url",
+            store_url,
+            "--min-offsets",
+            "10",
+            "--ledger",
+            str(tmp_path / "ledger"),
+            "--commit",
+            "none",
+            "--commit-at",
+            "70",
+            "--block-at",
+            "100",
+            "--session-ms",
+            str(SESSION_MS),
+        ],
         tmp_path / "worker.log",
     )
     worker.wait_event("committed", 60)
@@ -142,8 +163,9 @@ def test_kip_worked_example(bootstrap: str, topic_factory: Any, unique_group: st
         assert (second.committed, second.log_end, second.primary_start) == (140, 190, 190)
         assert second.new_ranges == (OffsetRange(140, 190),)
         produce(bootstrap, topic, [f"r{i}" for i in range(190, 195)], partition=0)
-        _poll_until(consumer, after, lambda: {m.offset() for m in after} >= set(range(140, 195)), 60,
-                    "140..194 delivered")
+        _poll_until(
+            consumer, after, lambda: {m.offset() for m in after} >= set(range(140, 195)), 60, "140..194 delivered"
+        )
         live2 = [m.offset() for m in after if m.offset() >= 190]
         assert live2 == list(range(190, 195))
         assert consumer.children_started == 1, "the standby child is reused, not recreated"

@@ -18,10 +18,12 @@ from tests.integration.helpers import consume_until, group_offsets, lag_after_cr
 
 
 def test_manual_store_keeps_no_records_and_commits_what_was_stored(
-        bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
-                    block_at=50, log_end=2000)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=2000
+    )
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"enable.auto.offset.store": False}))
     store = open_store(store_url)
     try:
@@ -29,8 +31,13 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
         got: list[Message] = []
         consume_until(consumer, got, lambda: len(got) >= 1, 60, "the first record after the restart")
         produce(bootstrap, topic, [f"live{i}" for i in range(50)], partition=0)  # for the primary: 2000..2049
-        consume_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 2050)), 60,
-                      "the backfill and the live records")
+        consume_until(
+            consumer,
+            got,
+            lambda: {m.offset() for m in got} >= set(range(20, 2050)),
+            60,
+            "the backfill and the live records",
+        )
         for _ in range(5):
             consumer.consume(500, 0.05)
         # nothing reads them without the auto offset store, so nothing beyond one call is kept

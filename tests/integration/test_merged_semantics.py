@@ -37,8 +37,9 @@ def _drain(consumer: Any, count: int, timeout: float = 60) -> list[tuple[int, in
     return out
 
 
-def test_default_off_is_the_plain_consumer(bootstrap: str, topic_factory: Any, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_off_is_the_plain_consumer(
+    bootstrap: str, topic_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     topic = topic_factory(partitions=3)
     produce(bootstrap, topic, [f"v{i}" for i in range(300)])
@@ -57,7 +58,8 @@ def test_default_off_is_the_plain_consumer(bootstrap: str, topic_factory: Any, t
         assert got_ours == got_plain
         tps = [TopicPartition(topic, p) for p in range(3)]
         assert [tp.offset for tp in ours.committed(tps, timeout=10)] == [
-            tp.offset for tp in plain.committed(tps, timeout=10)]
+            tp.offset for tp in plain.committed(tps, timeout=10)
+        ]
     finally:
         ours.close()
         plain.close()
@@ -65,10 +67,12 @@ def test_default_off_is_the_plain_consumer(bootstrap: str, topic_factory: Any, t
 
 
 def test_consume_batches_merge_both_streams_and_commit_both_logs(
-        bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
-                    block_at=50, log_end=500)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=500
+    )
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     try:
         consumer.subscribe([topic])
@@ -97,13 +101,21 @@ def test_consume_batches_merge_both_streams_and_commit_both_logs(
         consumer.close()
 
 
-def test_pause_resume_stops_both_consumers(bootstrap: str, topic_factory: Any, unique_group: str,
-                                           store_url: str, tmp_path: Path) -> None:
+def test_pause_resume_stops_both_consumers(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
-                    block_at=50, log_end=3000)
-    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
-        "fastrecover.backfill.queue.max.messages": 100, "fastrecover.backfill.batch.size": 20}))
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=3000
+    )
+    consumer = Consumer(
+        parallel_config(
+            bootstrap,
+            unique_group,
+            store_url,
+            **{"fastrecover.backfill.queue.max.messages": 100, "fastrecover.backfill.batch.size": 20},
+        )
+    )
     try:
         consumer.subscribe([topic])
         got: list[Message] = []
@@ -122,25 +134,36 @@ def test_pause_resume_stops_both_consumers(bootstrap: str, topic_factory: Any, u
                 quiet.append(msg)
         assert child.records_delivered - before <= 20, "the paused child reads at most one in-flight batch"
         consumer.resume(tp)
-        consume_until(consumer, got, lambda: {m.offset() for m in got + quiet} >= set(range(20, 3000)), 60,
-                      "everything after resume")
+        consume_until(
+            consumer,
+            got,
+            lambda: {m.offset() for m in got + quiet} >= set(range(20, 3000)),
+            60,
+            "everything after resume",
+        )
     finally:
         consumer.close()
 
 
 def test_auto_commit_commits_only_records_returned_by_an_earlier_poll(
-        bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path) -> None:
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20,
-                    block_at=50, log_end=400)
-    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
-        "enable.auto.commit": True, "auto.commit.interval.ms": 200}))
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=400
+    )
+    consumer = Consumer(
+        parallel_config(
+            bootstrap, unique_group, store_url, **{"enable.auto.commit": True, "auto.commit.interval.ms": 200}
+        )
+    )
     store = open_store(store_url)
     try:
         consumer.subscribe([topic])
         got: list[Message] = []
-        poll_until(consumer, got, lambda: len({m.offset() for m in got if m.offset() < 400}) >= 100, 60,
-                   "100 backfill records")
+        poll_until(
+            consumer, got, lambda: len({m.offset() for m in got if m.offset() < 400}) >= 100, 60, "100 backfill records"
+        )
         last = max(m.offset() for m in got if m.offset() < 400)
         # the store never claims a record the application has not come back from
         (token,) = store.open_ranges(unique_group)
@@ -157,8 +180,9 @@ def test_auto_commit_commits_only_records_returned_by_an_earlier_poll(
         consumer.close()
 
 
-def test_commit_of_an_unassigned_partition_is_a_clear_error(bootstrap: str, topic_factory: Any,
-                                                            unique_group: str, store_url: str) -> None:
+def test_commit_of_an_unassigned_partition_is_a_clear_error(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, ["a"], partition=0)
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))

@@ -32,12 +32,18 @@ def _commit_all(consumer: Consumer, msgs: list[Message]) -> None:
         consumer.commit(message=m, asynchronous=False)
 
 
-def test_child_crash_mid_range_resumes_from_committed(bootstrap: str, topic_factory: Any, unique_group: str,
-                                                       store_url: str, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_child_crash_mid_range_resumes_from_committed(
+    bootstrap: str,
+    topic_factory: Any,
+    unique_group: str,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20,
-                    block_at=40, log_end=1000)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20, block_at=40, log_end=1000
+    )
 
     original = child_module._Reader._handle
     calls = {"n": 0}
@@ -49,8 +55,7 @@ def test_child_crash_mid_range_resumes_from_committed(bootstrap: str, topic_fact
         original(self, messages)
 
     monkeypatch.setattr(child_module._Reader, "_handle", failing_handle)
-    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url,
-                                        **{"fastrecover.backfill.batch.size": 50}))
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.backfill.batch.size": 50}))
     try:
         consumer.subscribe([topic])
         got: list[Message] = []
@@ -59,8 +64,13 @@ def test_child_crash_mid_range_resumes_from_committed(bootstrap: str, topic_fact
         poll_until(consumer, got, lambda: consumer.child_restarts >= 1, 60, "the dead child to be restarted")
         # commit what was delivered before the crash was noticed, then drain the rest
         _commit_all(consumer, [m for m in got if m.offset() < 1000])
-        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 1000)), 60,
-                   "every lagged record delivered despite the crash")
+        poll_until(
+            consumer,
+            got,
+            lambda: {m.offset() for m in got} >= set(range(20, 1000)),
+            60,
+            "every lagged record delivered despite the crash",
+        )
         assert consumer.child_consumer_is_alive()
         assert consumer.children_started == 2
         _commit_all(consumer, [m for m in got if m.offset() < 1000])
@@ -73,17 +83,37 @@ def test_child_crash_mid_range_resumes_from_committed(bootstrap: str, topic_fact
         consumer.close()
 
 
-def test_process_killed_mid_backfill_resumes_range(bootstrap: str, topic_factory: Any, unique_group: str,
-                                                   store_url: str, tmp_path: Path) -> None:
+def test_process_killed_mid_backfill_resumes_range(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     """A SIGKILL while the child is mid-range: the next process resumes the range at its committed offset."""
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=10,
-                    block_at=50, log_end=300)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=10, block_at=50, log_end=300
+    )
     # second process: recovers [10, 300), commits each record, is SIGKILLed mid-range at 110
     worker = WorkerProcess(
-        ["--bootstrap", bootstrap, "--topic", topic, "--group", unique_group, "--parallel",
-         "--store-url", store_url, "--min-offsets", "10", "--ledger", str(tmp_path / "ledger2"),
-         "--commit", "message", "--block-at", "110", "--session-ms", str(SESSION_MS)],
+        [
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            unique_group,
+            "--parallel",
+            "--store-url",
+            store_url,
+            "--min-offsets",
+            "10",
+            "--ledger",
+            str(tmp_path / "ledger2"),
+            "--commit",
+            "message",
+            "--block-at",
+            "110",
+            "--session-ms",
+            str(SESSION_MS),
+        ],
         tmp_path / "worker2.log",
     )
     try:
@@ -103,16 +133,18 @@ def test_process_killed_mid_backfill_resumes_range(bootstrap: str, topic_factory
     try:
         again.subscribe([topic])
         more: list[Message] = []
-        poll_until(again, more, lambda: {m.offset() for m in more} >= set(range(resumed_at, 300)), 60,
-                   "the rest of the range")
+        poll_until(
+            again, more, lambda: {m.offset() for m in more} >= set(range(resumed_at, 300)), 60, "the rest of the range"
+        )
         backfilled = sorted(m.offset() for m in more if m.offset() < 300)
         assert backfilled[0] == resumed_at, "the range resumes at its committed offset, not its start"
     finally:
         again.close()
 
 
-def test_revocation_hands_ranges_to_the_next_owner(bootstrap: str, topic_factory: Any, unique_group: str,
-                                                   store_url: str, tmp_path: Path) -> None:
+def test_revocation_hands_ranges_to_the_next_owner(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=2)
     for p in (0, 1):
         produce(bootstrap, topic, [f"p{p}-{i}" for i in range(20)], partition=p)
@@ -125,15 +157,24 @@ def test_revocation_hands_ranges_to_the_next_owner(bootstrap: str, topic_factory
     for p in (0, 1):
         produce(bootstrap, topic, [f"p{p}-{i}" for i in range(20, 2000)], partition=p)
 
-    cfg = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.backfill.queue.max.messages": 20,
-                                                                 "fastrecover.backfill.batch.size": 10})
+    cfg = parallel_config(
+        bootstrap,
+        unique_group,
+        store_url,
+        **{"fastrecover.backfill.queue.max.messages": 20, "fastrecover.backfill.batch.size": 10},
+    )
     a = Consumer(cfg)
     b = Consumer(cfg)
     try:
         a.subscribe([topic])
         got_a: list[Message] = []
-        poll_until(a, got_a, lambda: len({r.key for r in a.recoveries}) == 2 and len(got_a) >= 10, 60,
-                   "A recovers both partitions")
+        poll_until(
+            a,
+            got_a,
+            lambda: len({r.key for r in a.recoveries}) == 2 and len(got_a) >= 10,
+            60,
+            "A recovers both partitions",
+        )
         store = open_store(store_url)
         try:
             assert len(store.open_ranges(unique_group)) == 2
@@ -181,13 +222,13 @@ def test_revocation_hands_ranges_to_the_next_owner(bootstrap: str, topic_factory
         b.close()
 
 
-def test_lost_store_falls_back_to_commit_metadata_mirror(bootstrap: str, topic_factory: Any, unique_group: str,
-                                                         tmp_path: Path) -> None:
+def test_lost_store_falls_back_to_commit_metadata_mirror(
+    bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
+) -> None:
     store_path = tmp_path / "store.db"
     url = f"sqlite:///{store_path}"
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, url, tmp_path, produced=50, commit_at=30,
-                    block_at=50, log_end=200)
+    lag_after_crash(bootstrap, topic, unique_group, url, tmp_path, produced=50, commit_at=30, block_at=50, log_end=200)
 
     first = Consumer(parallel_config(bootstrap, unique_group, url))
     first.subscribe([topic])
@@ -195,8 +236,13 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(bootstrap: str, topic_f
     poll_until(first, got, lambda: first.recoveries and first.child_consumer_is_alive(), 60, "recovery")
     assert first.recoveries[0].new_ranges == (OffsetRange(30, 200),)
     produce(bootstrap, topic, ["live"], partition=0)
-    poll_until(first, got, lambda: {m.offset() for m in got} >= {*range(30, 40), 200}, 60,
-               "the live record and the first backfill records")
+    poll_until(
+        first,
+        got,
+        lambda: {m.offset() for m in got} >= {*range(30, 40), 200},
+        60,
+        "the live record and the first backfill records",
+    )
     # back-fill only 30..39, then commit the live record (its commit metadata mirrors the open range)
     _commit_all(first, [m for m in got if 30 <= m.offset() < 40])
     first.commit(message=next(m for m in got if m.offset() == 200), asynchronous=False)
@@ -212,8 +258,13 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(bootstrap: str, topic_f
     try:
         second.subscribe([topic])
         more: list[Message] = []
-        poll_until(second, more, lambda: {m.offset() for m in more} >= set(range(40, 200)), 60,
-                   "the mirrored range backfilled from the new store")
+        poll_until(
+            second,
+            more,
+            lambda: {m.offset() for m in more} >= set(range(40, 200)),
+            60,
+            "the mirrored range backfilled from the new store",
+        )
         assert min(m.offset() for m in more) == 40, "restored at the mirrored committed offset"
         store = open_store(url)
         try:
@@ -225,11 +276,13 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(bootstrap: str, topic_f
         second.close()
 
 
-def test_retention_gap_is_counted_on_the_token(bootstrap: str, topic_factory: Any, unique_group: str,
-                                               store_url: str, tmp_path: Path) -> None:
+def test_retention_gap_is_counted_on_the_token(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=1)
-    lag_after_crash(bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=10,
-                    block_at=50, log_end=200)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=10, block_at=50, log_end=200
+    )
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.delete_records([TopicPartition(topic, 0, 60)]).values():
         fut.result(timeout=30)  # retention removes 10..59 before the restart
@@ -252,15 +305,22 @@ def test_retention_gap_is_counted_on_the_token(bootstrap: str, topic_factory: An
         consumer.close()
 
 
-def test_backpressure_bounds_the_child_queue(bootstrap: str, topic_factory: Any, unique_group: str,
-                                             store_url: str, tmp_path: Path) -> None:
+def test_backpressure_bounds_the_child_queue(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(20)], partition=0)
     crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=20)
     produce(bootstrap, topic, [b"x" * 100] * 5000, partition=0)
     limit, batch = 200, 50
-    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{
-        "fastrecover.backfill.queue.max.messages": limit, "fastrecover.backfill.batch.size": batch}))
+    consumer = Consumer(
+        parallel_config(
+            bootstrap,
+            unique_group,
+            store_url,
+            **{"fastrecover.backfill.queue.max.messages": limit, "fastrecover.backfill.batch.size": batch},
+        )
+    )
     try:
         consumer.subscribe([topic])
         got: list[Message] = []

@@ -98,9 +98,7 @@ def _insert_raw(engine: Engine, **values: Any) -> int:
 def _raw_row(engine: Engine, token_id: int) -> dict[str, Any]:
     with engine.connect() as conn:
         return dict(
-            conn.execute(sa.text("SELECT * FROM fastrecover_ranges WHERE id = :i"), {"i": token_id})
-            .mappings()
-            .one()
+            conn.execute(sa.text("SELECT * FROM fastrecover_ranges WHERE id = :i"), {"i": token_id}).mappings().one()
         )
 
 
@@ -242,9 +240,7 @@ def test_losing_the_server_mid_session_is_unavailable(pg_url: str, pg_admin_engi
         token = store.create_range(GROUP, TOPIC, 0, 0, 10, "w")
         with pg_admin_engine.connect() as conn:
             conn.exec_driver_sql(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-            conn.exec_driver_sql(
-                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
-            )
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
         with pytest.raises(StoreUnavailableError) as info:
             store.get(token.id)
         assert info.value.__cause__ is not None
@@ -298,9 +294,7 @@ def test_create_empty_range_is_done(store: RangeStore) -> None:
         ((GROUP, "t" * 256, 0, 0, 10, "a"), "topic must be a non-empty string"),
     ],
 )
-def test_create_range_rejects_bad_input(
-    store: RangeStore, raw: Engine, args: tuple[Any, ...], needle: str
-) -> None:
+def test_create_range_rejects_bad_input(store: RangeStore, raw: Engine, args: tuple[Any, ...], needle: str) -> None:
     with pytest.raises(ValueError, match=re.escape(needle)):
         store.create_range(*args)
     assert _row_count(raw) == 0
@@ -355,9 +349,7 @@ def test_commit_progress_batch(store: RangeStore) -> None:
     t2 = store.create_range(GROUP, TOPIC, 1, 50, 60, "a")
     p1 = RangeProgress(0, 100, 40, frozenset({42, 43, 90}))
     p2 = RangeProgress(50, 60, 55)
-    result = store.commit_progress(
-        [ProgressUpdate(t1.id, "a", 1, p1), ProgressUpdate(t2.id, "a", 1, p2, skipped=3)]
-    )
+    result = store.commit_progress([ProgressUpdate(t1.id, "a", 1, p1), ProgressUpdate(t2.id, "a", 1, p2, skipped=3)])
     assert result.fenced == []
     assert [t.progress for t in result.tokens] == [p1, p2]
     assert store.get(t1.id).progress == p1
@@ -419,9 +411,7 @@ def test_committed_never_moves_backwards(store: RangeStore) -> None:
     store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 55), skipped=4))
     kept = store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 56), skipped=None))
     assert kept.skipped == 4
-    assert (
-        store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 57), skipped=1)).skipped == 4
-    )
+    assert store.commit_one(ProgressUpdate(token.id, "a", 1, RangeProgress(0, 100, 57), skipped=1)).skipped == 4
 
 
 def test_done_transition(store: RangeStore, raw: Engine) -> None:
@@ -564,9 +554,7 @@ def test_racing_claims_leave_exactly_one_holder(store: RangeStore) -> None:
         try:
             mine = store.claim(token.id, name)
             claimed.wait()  # both claims are in before either commits
-            result = store.commit_progress(
-                [ProgressUpdate(token.id, name, mine.epoch, RangeProgress(0, 100, 10))]
-            )
+            result = store.commit_progress([ProgressUpdate(token.id, name, mine.epoch, RangeProgress(0, 100, 10))])
             outcomes[name] = (mine.epoch, result.fenced)
         except BaseException as exc:
             errors.append(exc)

@@ -69,22 +69,51 @@ def _stats(*values: float) -> dict[str, Any]:
 
 
 def _result() -> dict[str, Any]:
-    mode = {"total_s": _stats(2.0, 2.5, 3.0), "replay_s": _stats(1.0, 1.5, 2.0), "join_s": _stats(1.0),
-            "recovery_s": _stats(0.05)}
+    mode = {
+        "total_s": _stats(2.0, 2.5, 3.0),
+        "replay_s": _stats(1.0, 1.5, 2.0),
+        "join_s": _stats(1.0),
+        "recovery_s": _stats(0.05),
+    }
     fast = {**mode, "replay_s": _stats(0.1, 0.2, 0.3)}
     return {
-        "ttf": {"100000": {"plain": mode, "fastrecover": fast}, "10000": {"plain": mode, "fastrecover": fast},
-                "measured_at": "now"},
-        "drain": {"10000": {"plain": {"drain_s": _stats(4.0), "records_per_s": _stats(1000.0)},
-                            "fastrecover": {"drain_s": _stats(2.0), "records_per_s": _stats(2000.0)}}},
-        "steady": {"poll": {"raw": {"records_per_s": _stats(100.0), "cpu_us_per_record": _stats(1.0)},
-                            "on": {"records_per_s": _stats(90.0), "cpu_us_per_record": _stats(1.1),
-                                   "ratio_to_raw": _stats(0.9), "cpu_ratio_to_raw": _stats(0.91)}},
-                   "measured_at": "now", "records": 10},
-        "store": {"sqlite": {"per_message": {"commits_per_s": _stats(200.0), "records_per_s": _stats(200.0),
-                                             "p50_ms": _stats(4.0), "p99_ms": _stats(20.0)},
-                             "settings": {"synchronous": 2}},
-                  "postgresql": {"error": "no server"}, "measured_at": "now"},
+        "ttf": {
+            "100000": {"plain": mode, "fastrecover": fast},
+            "10000": {"plain": mode, "fastrecover": fast},
+            "measured_at": "now",
+        },
+        "drain": {
+            "10000": {
+                "plain": {"drain_s": _stats(4.0), "records_per_s": _stats(1000.0)},
+                "fastrecover": {"drain_s": _stats(2.0), "records_per_s": _stats(2000.0)},
+            }
+        },
+        "steady": {
+            "poll": {
+                "raw": {"records_per_s": _stats(100.0), "cpu_us_per_record": _stats(1.0)},
+                "on": {
+                    "records_per_s": _stats(90.0),
+                    "cpu_us_per_record": _stats(1.1),
+                    "ratio_to_raw": _stats(0.9),
+                    "cpu_ratio_to_raw": _stats(0.91),
+                },
+            },
+            "measured_at": "now",
+            "records": 10,
+        },
+        "store": {
+            "sqlite": {
+                "per_message": {
+                    "commits_per_s": _stats(200.0),
+                    "records_per_s": _stats(200.0),
+                    "p50_ms": _stats(4.0),
+                    "p99_ms": _stats(20.0),
+                },
+                "settings": {"synchronous": 2},
+            },
+            "postgresql": {"error": "no server"},
+            "measured_at": "now",
+        },
     }
 
 

@@ -17,8 +17,17 @@ P0 = TopicPartitionKey("t", 0)
 P1 = TopicPartitionKey("t", 1)
 
 
-def tok(token_id: int, start: int, end: int, committed: int | None = None, *, key: TopicPartitionKey = P0,
-        completed: frozenset[int] = frozenset(), skipped: int = 0, epoch: int = 1) -> Token:
+def tok(
+    token_id: int,
+    start: int,
+    end: int,
+    committed: int | None = None,
+    *,
+    key: TopicPartitionKey = P0,
+    completed: frozenset[int] = frozenset(),
+    skipped: int = 0,
+    epoch: int = 1,
+) -> Token:
     progress = RangeProgress(start, end, start if committed is None else committed, completed)
     return Token(token_id, "g", key.topic, key.partition, progress, skipped=skipped, owner="me", epoch=epoch)
 

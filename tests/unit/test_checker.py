@@ -24,16 +24,42 @@ def produced(n: int, topic: str = "t", partition: int = 0, t0: int = 1000) -> li
     return [Produced(topic, partition, o, o, t0 + o) for o in range(n)]
 
 
-def done(offsets: range | list[int], inc: str = "m1#1", at: int = 5000, topic: str = "t", partition: int = 0,
-         token: int | None = None, epoch: int | None = None, t0: int = 1000) -> list[LedgerEntry]:
+def done(
+    offsets: range | list[int],
+    inc: str = "m1#1",
+    at: int = 5000,
+    topic: str = "t",
+    partition: int = 0,
+    token: int | None = None,
+    epoch: int | None = None,
+    t0: int = 1000,
+) -> list[LedgerEntry]:
     return [LedgerEntry(topic, partition, o, at + i, t0 + o, inc, token, epoch) for i, o in enumerate(offsets)]
 
 
-def token(tid: int, start: int, end: int, *, epoch: int = 1, skipped: int = 0, open_: bool = False,
-          topic: str = "t", partition: int = 0) -> Token:
+def token(
+    tid: int,
+    start: int,
+    end: int,
+    *,
+    epoch: int = 1,
+    skipped: int = 0,
+    open_: bool = False,
+    topic: str = "t",
+    partition: int = 0,
+) -> Token:
     progress = RangeProgress(start, end, start if open_ else end, frozenset())
-    return Token(tid, "g", topic, partition, progress, skipped=skipped, owner="o", epoch=epoch,
-                 state=TokenState.OPEN if open_ else TokenState.DONE)
+    return Token(
+        tid,
+        "g",
+        topic,
+        partition,
+        progress,
+        skipped=skipped,
+        owner="o",
+        epoch=epoch,
+        state=TokenState.OPEN if open_ else TokenState.DONE,
+    )
 
 
 def test_everything_finished_once_passes() -> None:
@@ -74,16 +100,18 @@ def test_records_finished_that_were_never_acknowledged_are_reported() -> None:
 
 def test_retention_deletion_counted_on_the_token_is_accounted() -> None:
     # records 0..9 produced, a range [2, 8) of which retention deleted 2..5 before anyone finished them
-    v = analyze(produced(10), done([0, 1, 6, 7, 8, 9]), tokens=[token(1, 2, 8, skipped=4)],
-                low_watermarks={("t", 0): 6})
+    v = analyze(
+        produced(10), done([0, 1, 6, 7, 8, 9]), tokens=[token(1, 2, 8, skipped=4)], low_watermarks={("t", 0): 6}
+    )
     assert v.lost == 0
     assert (v.retention_deleted_unfinished, v.skipped_recorded, v.unaccounted) == (4, 4, 0)
     assert v.ok, v.failures
 
 
 def test_retention_deletion_not_counted_fails_the_verdict() -> None:
-    v = analyze(produced(10), done([0, 1, 6, 7, 8, 9]), tokens=[token(1, 2, 8, skipped=1)],
-                low_watermarks={("t", 0): 6})
+    v = analyze(
+        produced(10), done([0, 1, 6, 7, 8, 9]), tokens=[token(1, 2, 8, skipped=1)], low_watermarks={("t", 0): 6}
+    )
     assert v.unaccounted == 3
     assert not v.ok
     assert "retention" in v.failures[0]
@@ -112,9 +140,11 @@ def test_open_range_at_the_end_fails_unless_not_required() -> None:
 
 def test_range_claims_and_handovers() -> None:
     tokens = [token(1, 0, 5, epoch=3), token(2, 5, 10, epoch=1)]
-    entries = (done([0, 1], inc="m1#1", at=100, token=1, epoch=1)
-               + done([2, 3, 4], inc="m2#1", at=200, token=1, epoch=3)
-               + done(range(5, 10), inc="m1#1", at=300, token=2, epoch=1))
+    entries = (
+        done([0, 1], inc="m1#1", at=100, token=1, epoch=1)
+        + done([2, 3, 4], inc="m2#1", at=200, token=1, epoch=3)
+        + done(range(5, 10), inc="m1#1", at=300, token=2, epoch=1)
+    )
     v = analyze(produced(10), entries, tokens=tokens)
     assert v.range_claims == 2
     assert v.ranges_handed_over == 1
@@ -123,8 +153,7 @@ def test_range_claims_and_handovers() -> None:
 
 
 def test_one_epoch_held_by_two_incarnations_is_a_fencing_failure() -> None:
-    entries = done([0, 1], inc="m1#1", at=100, token=1, epoch=2) + done([2, 3], inc="m2#1", at=200, token=1,
-                                                                         epoch=2)
+    entries = done([0, 1], inc="m1#1", at=100, token=1, epoch=2) + done([2, 3], inc="m2#1", at=200, token=1, epoch=2)
     v = analyze(produced(4), entries, tokens=[token(1, 0, 4, epoch=2)])
     assert v.epoch_conflicts == 1
     assert not v.ok
@@ -133,16 +162,16 @@ def test_one_epoch_held_by_two_incarnations_is_a_fencing_failure() -> None:
 
 def test_two_incarnations_backfilling_at_once_is_a_fencing_failure() -> None:
     # m1#1 backfills at t=100..103, m2#1 starts at t=101: overlapping windows
-    entries = done([0, 1, 2, 3], inc="m1#1", at=100, token=1, epoch=1) + done([2, 3], inc="m2#1", at=101, token=1,
-                                                                               epoch=2)
+    entries = done([0, 1, 2, 3], inc="m1#1", at=100, token=1, epoch=1) + done(
+        [2, 3], inc="m2#1", at=101, token=1, epoch=2
+    )
     v = analyze(produced(4), entries, tokens=[token(1, 0, 4, epoch=2)])
     assert v.concurrent_backfills == 1
     assert not v.ok
 
 
 def test_successive_holders_are_not_concurrent() -> None:
-    entries = done([0, 1], inc="m1#1", at=100, token=1, epoch=1) + done([1, 2, 3], inc="m1#2", at=500, token=1,
-                                                                          epoch=2)
+    entries = done([0, 1], inc="m1#1", at=100, token=1, epoch=1) + done([1, 2, 3], inc="m1#2", at=500, token=1, epoch=2)
     v = analyze(produced(4), entries, tokens=[token(1, 0, 4, epoch=2)])
     assert v.concurrent_backfills == 0 and v.epoch_conflicts == 0
     assert v.duplicates == 1
@@ -151,8 +180,11 @@ def test_successive_holders_are_not_concurrent() -> None:
 def test_time_to_fresh_per_incarnation() -> None:
     # m1#1 started at 0 and first finished a record at t=1000; m1#2 started at t=2000: records are produced
     # at 1000+o, so the first it finished produced >= 2000 is o=1000, at 2600 (o=900 at 2100 is not fresh)
-    incs = [Incarnation("m1#1", 0, 1900, "killed"), Incarnation("m1#2", 2000, None, "stopped"),
-            Incarnation("m1#3", 9000, 9100, "killed")]
+    incs = [
+        Incarnation("m1#1", 0, 1900, "killed"),
+        Incarnation("m1#2", 2000, None, "stopped"),
+        Incarnation("m1#3", 9000, 9100, "killed"),
+    ]
     entries = done([1000, 1001], inc="m1#2", at=2600) + done([900], inc="m1#2", at=2100)
     v = analyze(produced(1002), done(range(1000), inc="m1#1", at=1000) + entries, incarnations=incs)
     assert v.time_to_fresh_ms.count == 2

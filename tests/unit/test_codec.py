@@ -41,8 +41,7 @@ def completion_sets(draw: st.DrawFn) -> frozenset[int]:
     if shape == "runs":
         cursor = 0
         out: set[int] = set()
-        for gap, length in draw(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 300)), min_size=1,
-                                         max_size=12)):
+        for gap, length in draw(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 300)), min_size=1, max_size=12)):
             cursor += gap
             out.update(range(cursor, cursor + length))
             cursor += length + 1
@@ -296,8 +295,15 @@ class TestMirror:
 
     @pytest.mark.parametrize(
         ("text", "expected"),
-        [("", False), (None, False), ("fr1:", True), ("fr1:J", True), ("user metadata", False),
-         ("FR1:J", False), (" fr1:J", False)],
+        [
+            ("", False),
+            (None, False),
+            ("fr1:", True),
+            ("fr1:J", True),
+            ("user metadata", False),
+            ("FR1:J", False),
+            (" fr1:J", False),
+        ],
     )
     def test_is_mirror(self, text: str | None, expected: bool) -> None:
         assert is_mirror(text) is expected
@@ -409,8 +415,12 @@ class TestMirror:
 
     def test_default_limit_fits_broker_metadata(self) -> None:
         assert MIRROR_LIMIT <= 4096
-        many = [RangeProgress(i * 10_000, i * 10_000 + 5_000, i * 10_000 + 3, frozenset(range(i * 10_000 + 10,
-                i * 10_000 + 4_000, 3))) for i in range(300)]
+        many = [
+            RangeProgress(
+                i * 10_000, i * 10_000 + 5_000, i * 10_000 + 3, frozenset(range(i * 10_000 + 10, i * 10_000 + 4_000, 3))
+            )
+            for i in range(300)
+        ]
         text = encode_mirror(many)
         assert len(text) <= MIRROR_LIMIT
         assert unfinished(many) <= unfinished(decode_mirror(text))
@@ -423,8 +433,9 @@ class TestMirror:
         except ValueError:
             # only allowed when not even one range covering them all would fit
             open_sorted = sorted((r for r in ranges if not r.done), key=lambda r: r.start)
-            hull = RangeProgress(open_sorted[0].start, max(r.end for r in open_sorted),
-                                 min(r.committed for r in open_sorted))
+            hull = RangeProgress(
+                open_sorted[0].start, max(r.end for r in open_sorted), min(r.committed for r in open_sorted)
+            )
             assert len(encode_mirror([hull], limit=10**9)) > limit
             return
         assert len(text) <= limit

@@ -129,8 +129,20 @@ class TestEnableSwitch:
     @pytest.mark.parametrize("key", ["enable.parallel.rebalance", "enable_parallel_rebalance"])
     @pytest.mark.parametrize(
         ("value", "expected"),
-        [(True, True), (False, False), ("true", True), ("false", False), ("TRUE", True), (" False ", False),
-         ("t", True), ("f", False), ("1", True), ("0", False), (1, True), (0, False)],
+        [
+            (True, True),
+            (False, False),
+            ("true", True),
+            ("false", False),
+            ("TRUE", True),
+            (" False ", False),
+            ("t", True),
+            ("f", False),
+            ("1", True),
+            ("0", False),
+            (1, True),
+            (0, False),
+        ],
     )
     def test_spellings(self, key: str, value: object, expected: bool) -> None:
         conf, s = split_config({**BASE, key: value})
@@ -253,8 +265,20 @@ class TestValidation:
 class TestParseBool:
     @pytest.mark.parametrize(
         ("value", "expected"),
-        [(True, True), (False, False), ("true", True), ("True", True), ("FALSE", False), ("t", True),
-         ("F", False), ("1", True), ("0", False), (1, True), (0, False), (" true ", True)],
+        [
+            (True, True),
+            (False, False),
+            ("true", True),
+            ("True", True),
+            ("FALSE", False),
+            ("t", True),
+            ("F", False),
+            ("1", True),
+            ("0", False),
+            (1, True),
+            (0, False),
+            (" true ", True),
+        ],
     )
     def test_accepted(self, value: object, expected: bool) -> None:
         assert parse_bool("k", value) is expected
@@ -295,8 +319,15 @@ class TestChildConfig:
             "sasl.username": "u",
         }
         conf = child_config(primary, Settings(enabled=True))
-        for key in ("group.instance.id", "partition.assignment.strategy", "group.protocol", "on_commit",
-                    "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms"):
+        for key in (
+            "group.instance.id",
+            "partition.assignment.strategy",
+            "group.protocol",
+            "on_commit",
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "max.poll.interval.ms",
+        ):
             assert key not in conf
         assert conf["group.id"] == "g.fastrecover-child"
         assert conf["client.id"] == "app-fastrecover-child"

@@ -393,8 +393,7 @@ RANGES = [("a", OffsetRange(70, 120)), ("b", OffsetRange(140, 190))]
 class TestRouting:
     @pytest.mark.parametrize(
         ("offset", "expected"),
-        [(0, None), (69, None), (70, "a"), (119, "a"), (120, None), (139, None), (140, "b"), (189, "b"),
-         (190, None)],
+        [(0, None), (69, None), (70, "a"), (119, "a"), (120, None), (139, None), (140, "b"), (189, "b"), (190, None)],
     )
     def test_route_record(self, offset: int, expected: str | None) -> None:
         assert route_record(offset, RANGES) == expected
@@ -472,9 +471,7 @@ class TestSplitCommit:
         for range_id in routed:
             mine = [o for k, o in pairs if route_commit(o, spans[k]) == range_id]
             assert routed[range_id] == max(mine)
-        assert len(primary) + sum(
-            1 for k, o in pairs if route_commit(o, spans[k]) is not None
-        ) == len(pairs)
+        assert len(primary) + sum(1 for k, o in pairs if route_commit(o, spans[k]) is not None) == len(pairs)
 
 
 # ---- merged committed() ----------------------------------------------------------------------------
@@ -514,9 +511,7 @@ class TestMergedCommitted:
         assert merged_committed(130, ranges) == 130
 
     @given(st.one_of(st.none(), st.integers(0, 500)), st.lists(progresses(), max_size=5))
-    def test_everything_below_is_checkpointed(
-        self, primary: int | None, ranges: Iterable[RangeProgress]
-    ) -> None:
+    def test_everything_below_is_checkpointed(self, primary: int | None, ranges: Iterable[RangeProgress]) -> None:
         ranges = list(ranges)
         result = merged_committed(primary, ranges)
         open_ranges = [r for r in ranges if not r.done]

@@ -16,8 +16,15 @@ from fastrecover.tokens import Token, TokenState
 # ---- helpers ---------------------------------------------------------------------------------------
 
 
-def token(token_id: int, start: int, end: int, committed: int | None = None, *, done: bool = False,
-          completed: frozenset[int] = frozenset()) -> Token:
+def token(
+    token_id: int,
+    start: int,
+    end: int,
+    committed: int | None = None,
+    *,
+    done: bool = False,
+    completed: frozenset[int] = frozenset(),
+) -> Token:
     if done:
         progress = RangeProgress(start, end, end)
     else:
@@ -140,8 +147,7 @@ class TestMirrorRestore:
     def test_known_open_or_done_entries_are_not_restored(self) -> None:
         mirrored = [RangeProgress(70, 120, 95), RangeProgress(140, 190, 150), RangeProgress(200, 250, 210)]
         store = [token(1, 70, 120, committed=100), token(2, 140, 190, done=True)]
-        plan = plan_partition(committed=300, log_end=400, min_offsets=10, store_tokens=store,
-                              mirrored=mirrored)
+        plan = plan_partition(committed=300, log_end=400, min_offsets=10, store_tokens=store, mirrored=mirrored)
         assert plan.restored == (RangeProgress(200, 250, 210),)
         assert plan.backfill == (store[0],)
 
@@ -153,30 +159,26 @@ class TestMirrorRestore:
         # the mirror merged two ranges; the store still knows the first one
         mirrored = [RangeProgress(70, 200, 90, frozenset({95, 150, 151, 199}))]
         store = [token(1, 70, 120, committed=100)]
-        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store,
-                              mirrored=mirrored)
+        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store, mirrored=mirrored)
         assert plan.restored == (RangeProgress(120, 200, 120, frozenset({150, 151, 199})),)
 
     def test_clipped_piece_keeps_the_mirror_committed_offset(self) -> None:
         mirrored = [RangeProgress(0, 100, 60, frozenset({70}))]
         store = [token(1, 20, 30, done=True)]
-        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store,
-                              mirrored=mirrored)
+        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store, mirrored=mirrored)
         # [0, 20) is fully done per the mirror (committed 60) and so is not restored
         assert plan.restored == (RangeProgress(30, 100, 60, frozenset({70})),)
 
     def test_completed_offsets_at_a_piece_start_advance_it(self) -> None:
         mirrored = [RangeProgress(0, 100, 10, frozenset({50, 51, 60}))]
         store = [token(1, 10, 50, committed=12)]
-        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store,
-                              mirrored=mirrored)
+        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store, mirrored=mirrored)
         assert plan.restored == (RangeProgress(50, 100, 52, frozenset({60})),)
 
     def test_piece_finished_per_the_mirror_is_not_restored(self) -> None:
         mirrored = [RangeProgress(67, 147, 125, frozenset({126, 146}))]
         store = [token(1, 66, 146)]
-        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store,
-                              mirrored=mirrored)
+        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store, mirrored=mirrored)
         assert plan.restored == ()
 
     def test_new_ranges_do_not_overlap_restored(self) -> None:
@@ -207,11 +209,24 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
     tokens: list[Token] = []
     for i, p in enumerate(draw(st.lists(progress_in(0, 400), max_size=5))):
         done = draw(st.booleans())
-        tokens.append(Token(i + 1, "g", "t", 0, RangeProgress(p.start, p.end, p.end) if done else p,
-                            state=TokenState.DONE if done else TokenState.OPEN))
+        tokens.append(
+            Token(
+                i + 1,
+                "g",
+                "t",
+                0,
+                RangeProgress(p.start, p.end, p.end) if done else p,
+                state=TokenState.DONE if done else TokenState.OPEN,
+            )
+        )
     mirrored = draw(st.lists(progress_in(0, 400), max_size=5))
-    return {"committed": committed, "log_end": log_end, "min_offsets": min_offsets,
-            "store_tokens": tokens, "mirrored": mirrored}
+    return {
+        "committed": committed,
+        "log_end": log_end,
+        "min_offsets": min_offsets,
+        "store_tokens": tokens,
+        "mirrored": mirrored,
+    }
 
 
 @settings(max_examples=400)

@@ -59,9 +59,7 @@ def test_timeout_names_what_and_checks_again_at_the_deadline(clock: FakeClock) -
         return False
 
     start = clock.now
-    with pytest.raises(
-        TimeoutError, match=r"timed out after 1 s waiting for group g-1 to be empty \(4 checks\)"
-    ):
+    with pytest.raises(TimeoutError, match=r"timed out after 1 s waiting for group g-1 to be empty \(4 checks\)"):
         wait_for(predicate, 1.0, 0.375, "group g-1 to be empty", clock=clock, sleep=clock.sleep)
     # The last sleep is cut to the time left, and the predicate runs once more at the deadline.
     assert clock.sleeps == [0.375, 0.375, 0.25]
