@@ -9,18 +9,37 @@ it never claims more than the store does.  A third view, ``stored``, adds the
 offsets that were only *stored* (auto offset store, ``store_offsets``): like
 librdkafka's offset store they are committed by the next offset-less commit()
 or auto-commit, while ``commit(message=...)`` commits exactly its message.  No
-I/O happens here.
+I/O happens here: the committer writes what the book says, the child reads what
+:meth:`RangeBook.works` orders.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from fastrecover.child import RangeWork
 from fastrecover.codec import encode_mirror
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
+
+
+@dataclass
+class RangeWork:
+    """A read order for the child: deliver ``[next_offset, end)`` of a range, except ``skip``.
+
+    The child moves ``next_offset`` (its delivery cursor) and the two fetch fields.
+    """
+
+    token_id: int
+    key: TopicPartitionKey
+    start: int
+    next_offset: int
+    end: int
+    skip: frozenset[int] = field(default_factory=frozenset)
+    #: offset the fetcher is expected to return next (>= next_offset while records are buffered)
+    fetch_next: int = -1
+    #: the fetcher went past ``end``: once the buffer holds none of it, the range is read
+    fetched_all: bool = False
 
 
 @dataclass
@@ -49,6 +68,7 @@ class RangeBook:
         self._by_id: dict[int, Held] = {}
         self._by_key: dict[TopicPartitionKey, list[int]] = {}
         self._mirror: dict[TopicPartitionKey, str] = {}
+        self._spans: dict[TopicPartitionKey, list[tuple[int, OffsetRange]]] = {}
         self._next_parked_id = -1
 
     def __len__(self) -> int:
@@ -78,6 +98,7 @@ class RangeBook:
         self._by_id[held.token.id] = held
         self._by_key.setdefault(held.token.key, []).append(held.token.id)
         self._mirror.pop(held.token.key, None)
+        self._spans.pop(held.token.key, None)
 
     def get(self, token_id: int) -> Held | None:
         return self._by_id.get(token_id)
@@ -91,8 +112,16 @@ class RangeBook:
         return list(self._by_key)
 
     def spans(self, key: TopicPartitionKey) -> list[tuple[int, OffsetRange]]:
-        """Open, claimed ranges of a partition, for commit routing."""
-        return [(i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked]
+        """Open, claimed ranges of a partition, for commit routing (cached: every commit asks)."""
+        spans = self._spans.get(key)
+        if spans is None:
+            spans = [(i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked]
+            self._spans[key] = spans
+        return spans
+
+    def routes(self) -> set[TopicPartitionKey]:
+        """Partitions with at least one claimed range: only their commits need routing."""
+        return {k for k in self._by_key if self.spans(k)}
 
     def remove(self, token_id: int) -> Held | None:
         held = self._by_id.pop(token_id, None)
@@ -103,6 +132,7 @@ class RangeBook:
             if not ids:
                 self._by_key.pop(held.token.key, None)
             self._mirror.pop(held.token.key, None)
+            self._spans.pop(held.token.key, None)
         return held
 
     def remove_partitions(self, keys: Iterable[TopicPartitionKey]) -> list[Held]:
@@ -171,7 +201,8 @@ class RangeBook:
         if held is None:
             return
         held.token = token
-        held.pending = token.progress
+        # a write-behind flush settles an older snapshot: what arrived since stays pending
+        held.pending = held.pending.commit_upto(token.progress.committed).mark_done(token.progress.completed)
         held.stored = held.stored.commit_upto(token.progress.committed).mark_done(token.progress.completed)
         # never fewer skipped than the store counts, or the range would stay dirty forever
         held.skipped = max(held.skipped, token.skipped)
@@ -190,10 +221,11 @@ class RangeBook:
             self._mirror[key] = text
         return text
 
-    def works(self) -> list[RangeWork]:
-        """Read orders for a (re)started child: resume each range from its progress."""
+    def works(self, ids: Iterable[int] | None = None) -> list[RangeWork]:
+        """Read orders for the child: resume each range (of ``ids``, default all) from its progress."""
+        pool = self._by_id.values() if ids is None else [h for i in ids if (h := self._by_id.get(i)) is not None]
         return [
-            RangeWork(h.token.id, h.token.key, h.stored.committed, h.stored.end, h.stored.completed)
-            for h in self._by_id.values()
+            RangeWork(h.token.id, h.token.key, h.token.span.start, h.stored.committed, h.stored.end, h.stored.completed)
+            for h in pool
             if not h.parked and not h.stored.done
         ]

@@ -1,54 +1,47 @@
-"""The child consumer: a thread that owns a second confluent_kafka.Consumer and backfills ranges.
+"""The child consumer: a second ``confluent_kafka.Consumer`` handle that backfills ranges.
 
-It never joins the group (assign() only) and never commits to Kafka: the
-primary's thread decides what is done and commits it to the store.  The child
-only reads.  Everything crossing the thread boundary goes through this class's
-locked inbox (commands) and outbox (records and events), so neither consumer is
-ever touched by the other thread.
+It never joins the group (``assign()`` only) and never commits to Kafka: the
+store is its commit log.  There is no thread of ours behind it.  librdkafka
+already fetches in its own threads; ``poll()``/``consume()`` drain this handle
+without blocking, from the caller's thread, next to the primary.  Records thus
+reach the application straight from librdkafka's queue, a batch at a time,
+with no per-record hand-off between Python threads and no GIL contention.
 
-Back-pressure: when the outbox holds ``queue_max`` records the child pauses all
-its partitions and resumes them once the outbox has drained to half; memory is
-bounded by the outbox plus librdkafka's (reduced) prefetch queue.  ("Pauses"
-means it stops calling consume(), not Consumer.pause(): librdkafka drops a
-paused partition's prefetched records and a resumed one takes ~0.8 s to flow
-again, which cut backfill to a few thousand records/s.  Unread, librdkafka's
-own queue limits stop its fetching.)
+Back-pressure is librdkafka's own: nobody reads the handle while the
+application is busy, so its prefetch queue fills up to
+``queued.max.messages.kbytes`` and fetching stops.
+
+Each partition reads one range at a time (its *head*).  Records of a partition
+arrive in offset order, so a fetched batch is cut at the head's end with a
+bisect, never a per-record scan.  A fetched record counts as delivered only once
+:meth:`ChildReader.take` hands it to the application; records still buffered
+when a partition is paused, sought or revoked are given back by seeking the
+handle to the head's delivery cursor, so none is skipped.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from fastrecover import hooks
+from fastrecover.book import RangeWork
 from fastrecover.tokens import TopicPartitionKey
 
 log = logging.getLogger("fastrecover.child")
 
-_IDLE_WAIT_S = 0.5
-_CONSUME_TIMEOUT_S = 0.1
-
-
-@dataclass
-class RangeWork:
-    """What the child needs to read one range: where to start, where to stop, what to skip."""
-
-    token_id: int
-    key: TopicPartitionKey
-    next_offset: int
-    end: int
-    skip: frozenset[int] = field(default_factory=frozenset)
-
 
 @dataclass(frozen=True)
 class SkipEvent:
-    """Retention removed ``[from, low)`` of a range before it was read."""
+    """Retention removed ``[next offset, low)`` of a range before it was read."""
 
     token_id: int
     low: int
@@ -66,321 +59,417 @@ class GapEvent:
 ChildEvent = SkipEvent | GapEvent
 
 
-def _key_of(msg: Message) -> TopicPartitionKey:
-    return TopicPartitionKey(msg.topic() or "", msg.partition() or 0)
+@dataclass
+class _Segment:
+    """Buffered records of one range, in offset order; ``pos`` is the next one to hand out."""
+
+    work: RangeWork
+    msgs: list[Message]
+    offsets: list[int]
+    pos: int = 0
 
 
-class BackfillChild:
-    """One standby/backfilling child thread and the consumer it owns."""
+@dataclass(frozen=True)
+class Run:
+    """Records of one range just handed out: ``[first, last]`` of its delivery order."""
+
+    token_id: int
+    key: TopicPartitionKey
+    first: int
+    last: int
+
+
+class ChildReader:
+    """The standby/backfilling child: its handle, per-partition range queues and a small buffer.
+
+    Used from the caller's thread only (the thread that owns the primary).
+    """
 
     def __init__(
         self,
         conf: dict[str, Any],
         *,
-        queue_max: int,
         batch_size: int,
+        broker_timeout_s: float,
         consumer_factory: Callable[[dict[str, Any]], Any] = _KafkaConsumer,
-        name: str = "fastrecover-child",
     ) -> None:
-        self._conf = conf
-        self._queue_max = queue_max
-        self._batch_size = batch_size
+        self._conf = dict(conf)
+        self._batch = batch_size
+        self._timeout = broker_timeout_s
         self._factory = consumer_factory
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._commands: deque[tuple[str, Any]] = deque()
-        self._outbox: deque[tuple[int, Message]] = deque()
+        self._handle: Any = None
+        self._work: dict[TopicPartitionKey, deque[RangeWork]] = {}
+        self._paused: set[TopicPartitionKey] = set()
+        self._segments: deque[_Segment] = deque()
         self._events: list[ChildEvent] = []
-        self._stopping = False
+        self._finished: list[int] = []
         self.failure: BaseException | None = None
+        self.handles_created = 0
         self.records_delivered = 0
-        self.backpressured = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    # ---- called from the primary's thread -------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
+    # ---- health --------------------------------------------------------------------------------
 
     def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        """True while a healthy handle exists (the KIP's childConsumerIsAlive)."""
+        return self._handle is not None and self.failure is None
 
     @property
-    def ident(self) -> int | None:
-        return self._thread.ident
+    def has_work(self) -> bool:
+        return bool(self._work)
 
-    def add(self, work: Iterable[RangeWork]) -> None:
-        items = list(work)
-        if items:
-            self._command("add", items)
+    def partitions(self) -> set[TopicPartitionKey]:
+        return set(self._work)
 
-    def drop(self, keys: Iterable[TopicPartitionKey], timeout: float) -> bool:
-        """Stop reading these partitions; True once the child acknowledged it."""
-        key_set = set(keys)
-        if not key_set:
-            return True
-        done = threading.Event()
-        self._command("drop", (key_set, done))
-        with self._lock:
-            self._outbox = deque(item for item in self._outbox if _key_of(item[1]) not in key_set)
-        return done.wait(timeout) if self.is_alive() else True
+    def buffered(self) -> int:
+        return sum(len(s.msgs) - s.pos for s in self._segments)
 
-    def drop_range(self, token_id: int) -> None:
-        self._command("drop_range", token_id)
-        with self._lock:
-            self._outbox = deque(item for item in self._outbox if item[0] != token_id)
+    def set_credentials(self, username: str, password: str) -> None:
+        """Keep SASL credentials for this handle and every later one."""
+        self._conf["sasl.username"], self._conf["sasl.password"] = username, password
+        if self._handle is not None:
+            self._handle.set_sasl_credentials(username, password)
 
-    def pause(self, keys: Iterable[TopicPartitionKey]) -> None:
-        self._command("pause", set(keys))
+    # ---- work ----------------------------------------------------------------------------------
 
-    def resume(self, keys: Iterable[TopicPartitionKey]) -> None:
-        self._command("resume", set(keys))
-
-    def stop(self, timeout: float = 10.0) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-
-    def pending(self) -> int:
-        return len(self._outbox)
-
-    def take(self, limit: int) -> list[tuple[int, Message]]:
-        """Up to ``limit`` backfill records, oldest first; never blocks."""
-        if not self._outbox:
-            return []
-        with self._cond:
-            count = min(limit, len(self._outbox))
-            items = [self._outbox.popleft() for _ in range(count)]
-            if len(self._outbox) <= self._queue_max // 2:
-                self._cond.notify_all()
-            return items
-
-    def drain_events(self) -> list[ChildEvent]:
-        if not self._events:
-            return []
-        with self._lock:
-            events, self._events = self._events, []
-            return events
-
-    def _events_append(self, event: ChildEvent) -> None:
-        with self._lock:
-            self._events.append(event)
-
-    def _command(self, verb: str, arg: Any) -> None:
-        with self._cond:
-            self._commands.append((verb, arg))
-            self._cond.notify_all()
-
-    # ---- the child thread -------------------------------------------------------------------
-
-    def _run(self) -> None:
-        try:
-            _Reader(self).run()
-        except BaseException as exc:  # the primary restarts us; record why we died
-            self.failure = exc
-            log.error("child consumer thread died: %r; it will be restarted on the next poll()", exc)
-
-
-class _Reader:
-    """State that only the child thread touches: its consumer and per-partition work queues."""
-
-    def __init__(self, child: BackfillChild) -> None:
-        self.child = child
-        self.consumer: Any = None
-        self.work: dict[TopicPartitionKey, deque[RangeWork]] = {}
-        self.last_read: dict[TopicPartitionKey, int] = {}
-        self.user_paused: set[TopicPartitionKey] = set()
-        self.bp_paused = False
-        # (topic, partition) -> the key object self.work holds: the hot loop then builds no
-        # dataclass per record and dict lookups hit by identity (no dataclass __eq__)
-        self._keys: dict[tuple[str | None, int | None], TopicPartitionKey] = {}
-
-    def _key(self, msg: Message) -> TopicPartitionKey:
-        key = self._keys.get((msg.topic(), msg.partition()))
-        return key if key is not None else _key_of(msg)
-
-    def run(self) -> None:
-        child = self.child
-        self.consumer = child._factory(child._conf)
-        try:
-            while True:
-                with child._cond:
-                    if child._stopping:
-                        return
-                    commands = list(child._commands)
-                    child._commands.clear()
-                    full = len(child._outbox) >= child._queue_max
-                    low = len(child._outbox) <= child._queue_max // 2
-                    if not commands and (not self.work or (self.bp_paused and not low)):
-                        child._cond.wait(_IDLE_WAIT_S)
-                        continue
-                for verb, arg in commands:
-                    getattr(self, "_cmd_" + verb)(arg)
-                if not self.work:
-                    self.bp_paused = False
-                    continue
-                if full and not self.bp_paused:
-                    self.bp_paused = True
-                    log.debug("child queue full (%d records): reading paused", len(child._outbox))
-                elif self.bp_paused and low:
-                    self.bp_paused = False
-                child.backpressured = self.bp_paused
-                if self.bp_paused:
-                    continue
-                messages = self.consumer.consume(child._batch_size, _CONSUME_TIMEOUT_S)
-                if messages:
-                    self._handle(messages)
-        finally:
-            try:
-                self.consumer.close()
-            except (KafkaException, RuntimeError) as exc:
-                log.debug("closing child consumer: %r", exc)
-
-    # -- commands
-
-    def _cmd_add(self, items: list[RangeWork]) -> None:
-        for item in sorted(items, key=lambda w: w.next_offset):
+    def add(self, works: Iterable[RangeWork]) -> None:
+        """Queue ranges; a partition reads its ranges one after the other, lowest first."""
+        self._ensure_handle()
+        for item in sorted(works, key=lambda w: w.next_offset):
             if item.next_offset >= item.end:
                 continue
-            queue = self.work.get(item.key)
+            queue = self._work.get(item.key)
             if queue is None:
-                self.work[item.key] = deque([item])
-                self._keys[(item.key.topic, item.key.partition)] = item.key
+                self._work[item.key] = deque([item])
                 self._start(item)
             elif all(w.token_id != item.token_id for w in queue):
-                queue.append(item)
-                ordered = sorted(queue, key=lambda w: w.next_offset)
+                head = queue.popleft()
+                rest = sorted([*queue, item], key=lambda w: w.next_offset)
                 queue.clear()
-                queue.extend(ordered)
+                queue.append(head)
+                queue.extend(rest)
 
-    def _cmd_drop(self, arg: tuple[set[TopicPartitionKey], threading.Event]) -> None:
-        keys, done = arg
-        present = [k for k in keys if k in self.work]
-        for key in present:
-            del self.work[key]
-        self._unassign(present)
-        done.set()
+    def works(self) -> list[RangeWork]:
+        return [w for queue in self._work.values() for w in queue]
 
-    def _cmd_drop_range(self, token_id: int) -> None:
-        for key, queue in list(self.work.items()):
+    def drop(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """Partitions leave this member: forget their ranges and buffered records."""
+        gone = [k for k in keys if k in self._work]
+        if not gone:
+            return
+        self._purge(set(gone), rewind=False)
+        for key in gone:
+            del self._work[key]
+        self._unassign(gone)
+
+    def drop_range(self, token_id: int) -> None:
+        """A range was fenced or finished elsewhere: stop reading it."""
+        for key, queue in list(self._work.items()):
             if queue and queue[0].token_id == token_id:
+                self._purge({key}, rewind=False)
                 queue.popleft()
-                self._advance(key)
+                self._next_range(key)
             else:
-                for w in list(queue):
-                    if w.token_id == token_id:
-                        queue.remove(w)
+                for w in [w for w in queue if w.token_id == token_id]:
+                    queue.remove(w)
 
-    def _cmd_pause(self, keys: set[TopicPartitionKey]) -> None:
-        self.user_paused |= keys
-        self._set_paused([k for k in keys if k in self.work], True)
+    def pause(self, keys: Iterable[TopicPartitionKey]) -> None:
+        keys = set(keys)
+        self._paused |= keys
+        mine = {k for k in keys if k in self._work}
+        if mine:
+            self._purge(mine, rewind=True)
+            self._set_paused(mine, True)
 
-    def _cmd_resume(self, keys: set[TopicPartitionKey]) -> None:
-        self.user_paused -= keys
-        self._set_paused([k for k in keys if k in self.work], False)
+    def resume(self, keys: Iterable[TopicPartitionKey]) -> None:
+        keys = set(keys)
+        self._paused -= keys
+        mine = [k for k in keys if k in self._work]
+        if mine:
+            self._set_paused(mine, False)
+            for key in mine:  # records fetched while paused were ignored: fetch them again
+                self._seek(self._work[key][0])
 
-    # -- reading
+    def rewind(self, key: TopicPartitionKey, offset: int) -> bool:
+        """An application seek to ``offset``: True when a range of this member holds it.
 
-    def _start(self, item: RangeWork) -> None:
-        """Assign the partition at the range's next offset, skipping what retention removed."""
-        tp = TopicPartition(item.key.topic, item.key.partition)
-        low, _high = self.consumer.get_watermark_offsets(tp, timeout=10)
-        if item.next_offset < low:
-            self.child._events_append(SkipEvent(item.token_id, low))
-            item.next_offset = low
-            if item.next_offset >= item.end:
-                self._finish_head(item.key)
+        Inside the range being read, delivery restarts at ``offset`` (backwards:
+        re-delivery as with a plain seek; forwards: the records in between are
+        skipped at the application's request and count as done).  Inside a later
+        range nothing needs to move: it will be read from its start.
+        """
+        queue = self._work.get(key)
+        if not queue:
+            return False
+        head = queue[0]
+        if head.start <= offset < head.end:
+            self._purge({key}, rewind=False)
+            if offset > head.next_offset:
+                self._events.append(GapEvent(head.token_id, head.next_offset, offset))
+            head.next_offset = offset
+            head.skip = frozenset(o for o in head.skip if o >= offset)
+            head.fetched_all = False
+            self._seek(head)
+            return True
+        return any(w.start <= offset < w.end for w in queue)
+
+    def drain_events(self) -> list[ChildEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def drain_finished(self) -> list[int]:
+        """Token ids whose every record has been handed out since the last call."""
+        done, self._finished = self._finished, []
+        return done
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def take(self, limit: int) -> tuple[list[Message], list[Run]]:
+        """Up to ``limit`` backfill records, never blocking; with the runs they form per range."""
+        if not self._work or self.failure is not None:
+            return [], []
+        if not self._segments:
+            self._advance_read_heads()
+            if not self._work:
+                return [], []
+            self._fetch(max(limit, self._batch))
+        out: list[Message] = []
+        runs: list[Run] = []
+        while self._segments and len(out) < limit:
+            seg = self._segments[0]
+            stop = min(len(seg.msgs), seg.pos + limit - len(out))
+            out.extend(seg.msgs[seg.pos : stop])
+            work = seg.work
+            first, last = seg.offsets[seg.pos], seg.offsets[stop - 1]
+            runs.append(Run(work.token_id, work.key, first, last))
+            work.next_offset = last + 1
+            seg.pos = stop
+            if stop == len(seg.msgs):
+                self._segments.popleft()
+        self.records_delivered += len(out)
+        return out, runs
+
+    def _fetch(self, count: int) -> None:
+        try:
+            msgs = self._handle.consume(min(count, 100_000), 0)
+            hooks.fire("child-batch")
+        except Exception as exc:
+            self._fail(exc)
+            return
+        if not msgs:
+            self._check_tails()
+            return
+        if any(map(Message.error, msgs)):
+            msgs = self._split_errors(msgs)
+        if len(self._work) == 1:
+            (key,) = self._work
+            if set(map(Message.partition, msgs)) == {key.partition} and set(map(Message.topic, msgs)) == {key.topic}:
+                self._accept(key, msgs)
                 return
-        self.last_read[item.key] = item.next_offset - 1
-        self.consumer.incremental_assign([TopicPartition(item.key.topic, item.key.partition, item.next_offset)])
-        if item.key in self.user_paused:
-            self._set_paused([item.key], True)
+        keys = list(zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True))
+        start = 0
+        for tp, group in groupby(keys):
+            n = sum(1 for _ in group)
+            self._accept(TopicPartitionKey(*tp), msgs[start : start + n])
+            start += n
 
-    def _advance(self, key: TopicPartitionKey) -> None:
-        """The head range of ``key`` is read; move to the next range or let the partition go."""
-        queue = self.work.get(key)
+    def _accept(self, key: TopicPartitionKey, msgs: list[Message]) -> None:
+        """Cut a partition's records at its head range's end; buffer what belongs to the range."""
+        queue = self._work.get(key)
+        if not queue or not msgs or key in self._paused:
+            return  # a paused partition's records are fetched again on resume
+        head = queue[0]
+        if head.fetched_all:
+            return  # the fetcher moved past the range; a seek to the next range is pending
+        offsets = list(map(Message.offset, msgs))
+        lo = bisect_left(offsets, head.fetch_next)
+        hi = bisect_left(offsets, head.end, lo)
+        if hi < len(offsets):
+            head.fetched_all = True
+        if lo < hi:
+            first, last = offsets[lo], offsets[hi - 1]
+            if first > head.fetch_next:
+                self._events.append(GapEvent(head.token_id, head.fetch_next, first))
+            if last - first + 1 != hi - lo:
+                self._gaps_inside(head, offsets[lo:hi])
+            head.fetch_next = last + 1
+            kept, kept_offsets = msgs[lo:hi], offsets[lo:hi]
+            if head.skip:
+                pairs = [(m, o) for m, o in zip(kept, kept_offsets, strict=True) if o not in head.skip]
+                kept, kept_offsets = [m for m, _ in pairs], [o for _, o in pairs]
+            if kept:
+                self._segments.append(_Segment(head, kept, kept_offsets))
+        if head.fetched_all and head.fetch_next < head.end:
+            self._events.append(GapEvent(head.token_id, head.fetch_next, head.end))
+            head.fetch_next = head.end
+
+    def _gaps_inside(self, head: RangeWork, offsets: list[int]) -> None:
+        expected = offsets[0]
+        for offset in offsets:
+            if offset > expected:
+                self._events.append(GapEvent(head.token_id, expected, offset))
+            expected = offset + 1
+
+    def _advance_read_heads(self) -> None:
+        """Heads fetched to their end and fully handed out are done: move to the next range."""
+        for key in [k for k, q in self._work.items() if q and q[0].fetched_all]:
+            queue = self._work[key]
+            head = queue.popleft()
+            log.info("child finished reading range #%d of %s", head.token_id, key)
+            self._finished.append(head.token_id)
+            self._next_range(key)
+
+    def _next_range(self, key: TopicPartitionKey) -> None:
+        queue = self._work.get(key)
+        if queue:
+            self._start(queue[0])
+            return
+        self._work.pop(key, None)
         self._unassign([key])
-        if not queue:
-            self.work.pop(key, None)
-            return
-        self._start(queue[0])
 
-    def _finish_head(self, key: TopicPartitionKey) -> None:
-        queue = self.work[key]
-        queue.popleft()
-        if not queue:
-            del self.work[key]
+    def _check_tails(self) -> None:
+        """Nothing fetched: a head whose position passed its end (its tail is markers) is read."""
+        heads = [q[0] for k, q in self._work.items() if q and not q[0].fetched_all and k not in self._paused]
+        if not heads:
             return
-        self._start(queue[0])
+        try:
+            positions = self._handle.position([TopicPartition(w.key.topic, w.key.partition) for w in heads])
+        except KafkaException:
+            return
+        for work, tp in zip(heads, positions, strict=True):
+            if tp.offset >= work.end:
+                work.fetched_all = True
+                if work.fetch_next < work.end:
+                    self._events.append(GapEvent(work.token_id, work.fetch_next, work.end))
+                    work.fetch_next = work.end
 
-    def _handle(self, messages: list[Message]) -> None:
-        child = self.child
-        accepted: list[tuple[int, Message]] = []
-        events: list[ChildEvent] = []
-        finished: list[TopicPartitionKey] = []
-        for msg in messages:
+    def _split_errors(self, msgs: list[Message]) -> list[Message]:
+        records = []
+        for msg in msgs:
             err = msg.error()
-            if err is not None:
+            if err is None:
+                records.append(msg)
+            else:
                 self._on_error(msg, err)
-                continue
-            key = self._key(msg)
-            queue = self.work.get(key)
-            if not queue or key in finished:
-                continue
-            head = queue[0]
-            offset = msg.offset() or 0
-            if offset < head.next_offset:
-                continue
-            last = self.last_read.get(key, head.next_offset - 1)
-            gap_end = min(offset, head.end)
-            if gap_end > last + 1:
-                events.append(GapEvent(head.token_id, last + 1, gap_end))
-            if offset >= head.end:
-                finished.append(key)
-                continue
-            self.last_read[key] = offset
-            head.next_offset = offset + 1
-            if offset not in head.skip:
-                accepted.append((head.token_id, msg))
-            if head.next_offset >= head.end:
-                finished.append(key)
-        with child._cond:
-            child._outbox.extend(accepted)
-            child._events.extend(events)
-            child.records_delivered += len(accepted)
-        for key in finished:
-            queue = self.work.get(key)
-            if queue:
-                log.info("child finished reading range #%d of %s", queue[0].token_id, key)
-                queue.popleft()
-                self._advance(key)
+        return records
 
     def _on_error(self, msg: Message, err: KafkaError) -> None:
         if err.code() == KafkaError._AUTO_OFFSET_RESET and msg.topic() is not None:
-            key = _key_of(msg)
-            queue = self.work.get(key)
+            key = TopicPartitionKey(msg.topic() or "", msg.partition() or 0)
+            queue = self._work.get(key)
             if queue:
                 log.warning("child: %s offset out of range (%s); re-checking the log start", key, err.str())
-                self._unassign([key])
                 self._start(queue[0])
             return
         if err.fatal():
-            raise KafkaException(err)
+            self._fail(KafkaException(err))
+            return
         log.warning("child consumer error: %s", err.str())
 
+    # ---- the handle ----------------------------------------------------------------------------
+
+    def _ensure_handle(self) -> None:
+        if self._handle is not None and self.failure is None:
+            return
+        if self._handle is not None:
+            self._close_handle()
+        self.failure = None
+        self._handle = self._factory(self._conf)
+        self.handles_created += 1
+        for queue in self._work.values():
+            if queue:
+                queue[0].fetched_all = False
+                self._start(queue[0], assigned=False)
+
+    def restart(self) -> None:
+        """Replace a failed handle; every range resumes from its delivery cursor."""
+        self._segments.clear()
+        self._ensure_handle()
+
+    def _fail(self, exc: BaseException) -> None:
+        log.error("child consumer failed: %r; it is replaced from the ranges' progress", exc)
+        self.failure = exc
+        self._segments.clear()
+
+    def _start(self, work: RangeWork, assigned: bool | None = None) -> None:
+        """Point the handle at the range's delivery cursor, after what retention removed."""
+        low = self._low_watermark(work.key)
+        if low is not None and work.next_offset < low:
+            self._events.append(SkipEvent(work.token_id, low))
+            work.next_offset = low
+            work.skip = frozenset(o for o in work.skip if o >= low)
+            if work.next_offset >= work.end:
+                work.fetched_all = True
+                work.fetch_next = work.end
+                return
+        work.fetch_next = work.next_offset
+        work.fetched_all = False
+        tp = TopicPartition(work.key.topic, work.key.partition, work.next_offset)
+        if assigned is None:
+            assigned = any(t.topic == tp.topic and t.partition == tp.partition for t in self._handle.assignment())
+        if assigned:
+            self._handle.seek(tp)
+        else:
+            self._handle.incremental_assign([tp])
+            if work.key in self._paused:
+                self._handle.pause([TopicPartition(tp.topic, tp.partition)])
+
+    def _seek(self, work: RangeWork) -> None:
+        work.fetch_next = work.next_offset
+        try:
+            self._handle.seek(TopicPartition(work.key.topic, work.key.partition, work.next_offset))
+        except KafkaException:
+            # not fetching yet (just assigned): re-assign at the cursor instead
+            self._unassign([work.key])
+            self._start(work, assigned=False)
+
+    def _low_watermark(self, key: TopicPartitionKey) -> int | None:
+        try:
+            low, _high = self._handle.get_watermark_offsets(
+                TopicPartition(key.topic, key.partition), timeout=self._timeout
+            )
+            return int(low)
+        except KafkaException as exc:
+            log.debug("watermarks of %s unavailable (%s); reading from the cursor", key, exc)
+            return None
+
+    def _purge(self, keys: set[TopicPartitionKey], rewind: bool) -> None:
+        """Give back buffered records of ``keys``; with ``rewind`` the handle re-fetches them."""
+        kept = deque(s for s in self._segments if s.work.key not in keys)
+        if len(kept) == len(self._segments):
+            return
+        purged = [s for s in self._segments if s.work.key in keys]
+        self._segments = kept
+        if rewind:
+            for work in {id(s.work): s.work for s in purged}.values():
+                work.fetched_all = False
+                self._seek(work)
+
     def _unassign(self, keys: Iterable[TopicPartitionKey]) -> None:
-        tps = [TopicPartition(k.topic, k.partition) for k in keys]
-        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
-        tps = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
+        if self._handle is None:
+            return
+        wanted = {(k.topic, k.partition) for k in keys}
+        tps = [tp for tp in self._handle.assignment() if (tp.topic, tp.partition) in wanted]
         if tps:
-            self.consumer.incremental_unassign(tps)
-        for k in keys:
-            self.last_read.pop(k, None)
+            self._handle.incremental_unassign(tps)
 
     def _set_paused(self, keys: Iterable[TopicPartitionKey], paused: bool) -> None:
-        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
-        tps = [TopicPartition(k.topic, k.partition) for k in keys if (k.topic, k.partition) in assigned]
+        wanted = {(k.topic, k.partition) for k in keys}
+        tps = [
+            TopicPartition(t.topic, t.partition) for t in self._handle.assignment() if (t.topic, t.partition) in wanted
+        ]
         if tps:
-            (self.consumer.pause if paused else self.consumer.resume)(tps)
+            (self._handle.pause if paused else self._handle.resume)(tps)
+
+    def _close_handle(self) -> None:
+        handle, self._handle = self._handle, None
+        try:
+            handle.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing child consumer: %r", exc)
+
+    def close(self) -> None:
+        """Close the handle explicitly (never leave a handle to the garbage collector)."""
+        self._segments.clear()
+        self._work.clear()
+        if self._handle is not None:
+            self._close_handle()

@@ -108,7 +108,9 @@ KEYS: dict[str, _Key] = {
         "Smallest lag E - C split off to the child; smaller lags are read by the primary.",
     ),
     "fastrecover.backfill.queue.max.messages": _Key(
-        10_000, _int_parser(1), "Records the child may hold for poll(); when full it pauses its partitions."
+        10_000,
+        _int_parser(1),
+        "Records the child's handle prefetches per partition (its queued.min.messages); unread, it stops fetching.",
     ),
     "fastrecover.backfill.batch.size": _Key(
         500, _int_parser(1, 100_000), "Records the child fetches per consume() call."
@@ -122,6 +124,16 @@ KEYS: dict[str, _Key] = {
     ),
     "fastrecover.store.retry.backoff.ms": _Key(
         1_000, _int_parser(0, 600_000), "Wait before retrying a failed backfill commit to the store."
+    ),
+    "fastrecover.backfill.commit.interval.ms": _Key(
+        200,
+        _int_parser(1, 60_000),
+        "Write-behind cadence: asynchronous backfill commits reach the store in one transaction this often.",
+    ),
+    "fastrecover.recovery.timeout.ms": _Key(
+        10_000,
+        _int_parser(1, 600_000),
+        "Broker timeout of recovery's look-ups (committed offsets, watermarks) when partitions are assigned.",
     ),
 }
 
@@ -140,6 +152,8 @@ class Settings:
     owner_id: str | None = None
     revoke_timeout_s: float = 10.0
     retry_backoff_s: float = 1.0
+    commit_interval_s: float = 0.2
+    recovery_timeout_s: float = 10.0
     child_overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -189,6 +203,8 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         owner_id=get("fastrecover.owner.id"),
         revoke_timeout_s=get("fastrecover.revoke.timeout.ms") / 1000.0,
         retry_backoff_s=get("fastrecover.store.retry.backoff.ms") / 1000.0,
+        commit_interval_s=get("fastrecover.backfill.commit.interval.ms") / 1000.0,
+        recovery_timeout_s=get("fastrecover.recovery.timeout.ms") / 1000.0,
         child_overrides=child,
     )
     return passthrough, settings
@@ -217,6 +233,12 @@ _CHILD_DROP = (
     "max.poll.interval.ms",
     "isolation.level",
     "client.id",
+    # The application's callbacks serve the primary only: the child's errors and statistics go to
+    # fastrecover's logger, so an application callback never runs for a client it did not create.
+    "stats_cb",
+    "error_cb",
+    "throttle_cb",
+    "statistics.interval.ms",
 )
 
 
@@ -237,8 +259,8 @@ def child_config(primary: Mapping[str, Any], settings: Settings) -> dict[str, An
             "auto.offset.reset": "error",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 50,
-            # the outbox is the back-pressure point; keep librdkafka's prefetch small behind it
-            "queued.max.messages.kbytes": 16384,
+            # unread, the handle's prefetch queue is the back-pressure point: fetching stops when it is full
+            "queued.min.messages": settings.queue_max_messages,
         }
     )
     if "isolation.level" in primary:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import NamedTuple
 
 from fastrecover.ranges import OffsetRange, RangeProgress
 
@@ -19,9 +20,12 @@ class TokenState(str, Enum):
     DONE = "done"
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPartitionKey:
-    """Hashable (topic, partition) key; confluent_kafka.TopicPartition is mutable."""
+class TopicPartitionKey(NamedTuple):
+    """Hashable (topic, partition) key; confluent_kafka.TopicPartition is mutable.
+
+    A named tuple, so it hashes and compares in C and equals the plain
+    ``(msg.topic(), msg.partition())`` tuples the hot paths build from messages.
+    """
 
     topic: str
     partition: int

@@ -43,6 +43,7 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from fastrecover import hooks
 from fastrecover.consumer import Consumer
 from fastrecover.errors import FastRecoverError
 
@@ -147,16 +148,8 @@ class _Faults:
 
             setattr(RangeStore, method, marked)
             setattr(RangeStore, "_locked_rows", staticmethod(locked))  # noqa: B010
-        elif point == "between-commits":
-            original_ranges = Consumer._commit_ranges
-
-            def commit_ranges(consumer: Any, keys: Any, raise_errors: bool) -> Any:
-                result = original_ranges(consumer, keys, raise_errors)
-                if result:
-                    self.at("between-commits")
-                return result
-
-            setattr(Consumer, "_commit_ranges", commit_ranges)  # noqa: B010
+        elif point in hooks.POINTS:
+            hooks.register(point, lambda: self.at(point))
 
 
 def _wrap_after(cls: Any, name: str, hook: Callable[[], None], *, static: bool = False) -> None:
@@ -171,20 +164,16 @@ def _wrap_after(cls: Any, name: str, hook: Callable[[], None], *, static: bool =
 
 
 def _inject_child_failure(after: int) -> None:
-    """Make the child thread raise on its ``after``-th batch, once per process."""
-    from fastrecover import child as child_module
-
-    original = child_module._Reader._handle
+    """Make the child fail on its ``after``-th fetched batch, once per process."""
     calls = {"n": 0}
 
-    def failing(reader: Any, messages: list[Message]) -> None:
+    def failing() -> None:
         calls["n"] += 1
         if calls["n"] == after:
-            _emit("child-failure-injected", batch=after, records=len(messages))
+            _emit("child-failure-injected", batch=after)
             raise RuntimeError(f"injected child failure on batch {after}")
-        original(reader, messages)
 
-    setattr(child_module._Reader, "_handle", failing)  # noqa: B010
+    hooks.register("child-batch", failing)
 
 
 def _routes(consumer: Any) -> dict[tuple[str, int], list[tuple[int, int, int, int]]]:

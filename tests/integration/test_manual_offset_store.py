@@ -41,8 +41,9 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
         for _ in range(5):
             consumer.consume(500, 0.05)
         # nothing reads them without the auto offset store, so nothing beyond one call is kept
-        assert len(consumer._unsettled_primary) <= 500
-        assert len(consumer._unsettled_child) <= 500
+        assert consumer._fr is not None
+        assert len(consumer._fr.offsets.unsettled) <= 500
+        assert len(consumer._fr.child_runs) <= 500
         for msg in got:
             consumer.store_offsets(message=msg)
         consumer.commit(asynchronous=False)

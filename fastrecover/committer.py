@@ -1,0 +1,249 @@
+"""The child's commit log, written behind: range progress to the store.
+
+An asynchronous commit of backfilled records (``commit(asynchronous=True)``,
+auto-commit, ``store_offsets`` + auto-commit) only marks progress in the
+:class:`~fastrecover.book.RangeBook`.  Every ``interval`` the dirty ranges are
+written in **one** store transaction by a background writer thread, off the
+caller's path; a synchronous commit writes everything pending and returns only
+once the store has it.  This is the contract librdkafka gives for Kafka's own
+asynchronous commits: a crash loses at most progress not yet written, which
+means re-delivery, never loss.
+
+The book stays on the caller's thread: the writer only sees an immutable
+snapshot (a list of :class:`~fastrecover.store.ProgressUpdate`) and hands its
+result back; :meth:`RangeCommitter.collect` applies results on the caller's
+thread and reports them through the application's ``on_commit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from fastrecover.book import Held, RangeBook
+from fastrecover.errors import FencedError, StoreError, StoreUnavailableError
+from fastrecover.store import CommitResult, ProgressUpdate, RangeStore, open_store
+from fastrecover.tokens import TopicPartitionKey
+
+log = logging.getLogger("fastrecover.committer")
+
+
+class StoreLink:
+    """The store handle, opened lazily and re-tried after a back-off when it is down."""
+
+    def __init__(self, url: str, create: bool, backoff_s: float) -> None:
+        self.url = url
+        self._create = create
+        self._backoff = backoff_s
+        self._store: RangeStore | None = None
+        self._retry_at = 0.0
+
+    def get(self, force: bool = False) -> RangeStore | None:
+        if self._store is not None:
+            return self._store
+        if not force and time.monotonic() < self._retry_at:
+            return None
+        try:
+            self._store = open_store(self.url, create=self._create)
+        except StoreError as exc:
+            self._retry_at = time.monotonic() + self._backoff
+            log.warning("range store unavailable (%s); fast recovery is off until it answers", exc)
+        return self._store
+
+    def failed(self) -> None:
+        """The store stopped answering: wait a back-off before the next attempt."""
+        self._retry_at = time.monotonic() + self._backoff
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+@dataclass
+class _Job:
+    updates: list[ProgressUpdate]
+    result: CommitResult | None = None
+    error: StoreError | None = None
+    done: threading.Event | None = None
+
+
+class _Writer:
+    """One daemon thread that runs store transactions handed to it, one at a time."""
+
+    def __init__(self) -> None:
+        self._inbox: queue.SimpleQueue[tuple[RangeStore, _Job] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="fastrecover-range-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, store: RangeStore, job: _Job) -> None:
+        job.done = threading.Event()
+        self._inbox.put((store, job))
+
+    def _run(self) -> None:
+        while True:
+            item = self._inbox.get()
+            if item is None:
+                return
+            store, job = item
+            try:
+                job.result = store.commit_progress(job.updates)
+            except StoreError as exc:
+                job.error = exc
+            except Exception as exc:  # never let the writer die with a job unanswered
+                job.error = StoreError(f"range commit failed: {exc!r}")
+                job.error.__cause__ = exc
+            finally:
+                assert job.done is not None
+                job.done.set()
+
+    def stop(self, timeout: float) -> None:
+        self._inbox.put(None)
+        self._thread.join(timeout)
+
+
+class RangeCommitter:
+    """Commits range progress: write-behind for asynchronous commits, at once for synchronous ones."""
+
+    def __init__(
+        self,
+        book: RangeBook,
+        link: StoreLink,
+        owner: str,
+        *,
+        interval_s: float,
+        on_commit: Callable[[Any, list[TopicPartition]], None] | None,
+        on_fenced: Callable[[int], None],
+    ) -> None:
+        self._book = book
+        self._link = link
+        self._owner = owner
+        self._interval = interval_s
+        self._on_commit = on_commit
+        self._on_fenced = on_fenced
+        self._writer: _Writer | None = None
+        self._inflight: _Job | None = None
+        self._next_flush = 0.0
+        self.settled_keys: set[TopicPartitionKey] = set()
+        self.finished_keys: set[TopicPartitionKey] = set()
+        self.commits = 0
+        self.failures = 0
+
+    # ---- write-behind ------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Apply what the writer finished; start the next write when one is due."""
+        self.collect()
+        if now >= self._next_flush and self._inflight is None:
+            self._next_flush = now + self._interval
+            self.flush_async()
+
+    def flush_async(self, keys: Iterable[TopicPartitionKey] | None = None) -> None:
+        if self._inflight is not None:
+            return  # the next tick writes what this one would have
+        updates = self._updates(keys)
+        if not updates:
+            return
+        store = self._link.get()
+        if store is None:
+            return  # kept in the book; written once the store answers
+        self._inflight = _Job(updates)
+        self._writer_thread().submit(store, self._inflight)
+
+    def collect(self, wait: float = 0.0) -> None:
+        job = self._inflight
+        if job is None or job.done is None or not job.done.wait(wait):
+            return
+        self._inflight = None
+        self._apply(job, raise_errors=False)
+
+    # ---- synchronous -------------------------------------------------------------------------
+
+    def flush_sync(
+        self, keys: Iterable[TopicPartitionKey] | None = None, raise_errors: bool = True
+    ) -> list[TopicPartition]:
+        """Write every pending progress of ``keys`` now; returns the ranges' committed offsets."""
+        if self._inflight is not None:
+            self.collect(wait=60.0)
+        updates = self._updates(keys)
+        if not updates:
+            return []
+        store = self._link.get(force=True)
+        if store is None:
+            err = StoreUnavailableError(f"range store unavailable; {len(updates)} backfill commits kept for retry")
+            log.error("%s", err)
+            if raise_errors:
+                raise err
+            return []
+        job = _Job(updates)
+        try:
+            job.result = store.commit_progress(updates)
+        except StoreError as exc:
+            job.error = exc
+        return self._apply(job, raise_errors=raise_errors)
+
+    def _updates(self, keys: Iterable[TopicPartitionKey] | None) -> list[ProgressUpdate]:
+        dirty: list[Held] = self._book.dirty(keys)
+        return [ProgressUpdate(h.token.id, self._owner, h.token.epoch, h.pending, h.skipped) for h in dirty]
+
+    def _apply(self, job: _Job, raise_errors: bool) -> list[TopicPartition]:
+        if job.error is not None:
+            self.failures += 1
+            if isinstance(job.error, StoreUnavailableError):
+                self._link.failed()
+            log.error("backfill commit of %d ranges failed, kept for retry: %s", len(job.updates), job.error)
+            self._report(job.error, [])
+            if raise_errors:
+                raise job.error
+            return []
+        result = job.result
+        assert result is not None
+        self.commits += 1
+        for token_id in result.fenced:
+            self._book.remove(token_id)
+            self._on_fenced(token_id)
+            log.warning("range #%d was taken over by another owner (fenced); dropping it here", token_id)
+        out = []
+        for token in result.tokens:
+            self._book.settle(token)
+            self.settled_keys.add(token.key)
+            out.append(TopicPartition(token.topic, token.partition, token.progress.committed))
+            if token.progress.done:
+                self.finished_keys.add(token.key)
+                log.info(
+                    "range #%d [%d, %d) of %s is done",
+                    token.id,
+                    token.progress.start,
+                    token.progress.end,
+                    token.key,
+                )
+        self._report(None, out)
+        if result.fenced and raise_errors:
+            raise FencedError(f"ranges {sorted(result.fenced)} are held by another owner; not committed here")
+        return out
+
+    def _report(self, error: StoreError | None, tps: list[TopicPartition]) -> None:
+        """Tell the application's on_commit, the way librdkafka reports Kafka commits."""
+        if self._on_commit is None or (error is None and not tps):
+            return
+        kafka_error = None if error is None else KafkaError(KafkaError._FAIL, f"range store commit failed: {error}")
+        self._on_commit(kafka_error, tps)
+
+    def _writer_thread(self) -> _Writer:
+        if self._writer is None:
+            self._writer = _Writer()
+        return self._writer
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self._inflight is not None:
+            self.collect(wait=timeout)
+        if self._writer is not None:
+            self._writer.stop(timeout)
+            self._writer = None

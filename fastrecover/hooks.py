@@ -1,0 +1,41 @@
+"""Named fault-injection points.
+
+The fault campaign (``fastrecover chaos``) and the tests stall or fail the
+library at exact places: inside a store transaction, between the two commit
+logs, in the child's batch handling.  The library calls :func:`fire` at those
+places; by default nothing is registered and a call costs one dict lookup.
+Registering by name keeps the points explicit: renaming a function cannot
+silently disable an injection the way patching it by its string name could.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: Every point the library fires, with where it sits.
+POINTS = {
+    "token-write": "a range token was inserted, its transaction not yet committed",
+    "claim": "a claim holds the token's row lock, before its UPDATE",
+    "store-commit": "a progress commit holds the rows' locks, before its UPDATE",
+    "between-commits": "range progress is durable in the store, the Kafka commit not yet sent",
+    "child-batch": "the child fetched a batch, before any of it is accepted",
+}
+
+_registered: dict[str, Callable[[], None]] = {}
+
+
+def register(point: str, action: Callable[[], None]) -> None:
+    """Run ``action`` whenever the library reaches ``point`` (it may block or raise)."""
+    if point not in POINTS:
+        raise ValueError(f"unknown fault point {point!r}; known: {', '.join(sorted(POINTS))}")
+    _registered[point] = action
+
+
+def clear() -> None:
+    _registered.clear()
+
+
+def fire(point: str) -> None:
+    action = _registered.get(point)
+    if action is not None:
+        action()
