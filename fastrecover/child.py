@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -269,7 +269,7 @@ class ChildReader:
         start = 0
         for tp, group in groupby(keys):
             n = sum(1 for _ in group)
-            self._accept(TopicPartitionKey(*tp), msgs[start : start + n])
+            self._accept(TopicPartitionKey(cast(str, tp[0]), cast(int, tp[1])), msgs[start : start + n])
             start += n
 
     def _accept(self, key: TopicPartitionKey, msgs: list[Message]) -> None:
@@ -280,7 +280,7 @@ class ChildReader:
         head = queue[0]
         if head.fetched_all:
             return  # the fetcher moved past the range; a seek to the next range is pending
-        offsets = list(map(Message.offset, msgs))
+        offsets = cast(list[int], list(map(Message.offset, msgs)))  # records, never events: always set
         lo = bisect_left(offsets, head.fetch_next)
         hi = bisect_left(offsets, head.end, lo)
         if hi < len(offsets):

@@ -52,7 +52,7 @@ class StoreLink:
             return None
         try:
             self._store = open_store(self.url, create=self._create)
-        except StoreError as exc:
+        except StoreUnavailableError as exc:  # a store behind in schema is the operator's to fix: it raises
             self._retry_at = time.monotonic() + self._backoff
             log.warning("range store unavailable (%s); fast recovery is off until it answers", exc)
         return self._store

@@ -101,7 +101,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         """One record or event; with the mode on, live records and backfilled ones interleaved."""
         fr = self._fr
         if fr is None or (timeout is not None and type(timeout) not in _NUMBER):
-            return _K.poll(self, timeout) if fr is None else fr.note_primary(_K.poll(self, timeout))
+            return _K.poll(self, timeout) if fr is None else fr.note_primary(_K.poll(self, timeout))  # type: ignore[arg-type]
         return fr.poll(timeout)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
@@ -119,17 +119,17 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     # ---- commits ---------------------------------------------------------------------------
 
-    def commit(
+    def commit(  # type: ignore[override]
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None, asynchronous: bool = True
     ) -> list[TopicPartition] | None:
         """Commit to the two commit logs: offsets inside a backfill range go to the store, the rest to Kafka."""
         fr = self._fr
         if fr is None or (message is not None and (offsets is not None or type(message) is not Message)):
-            return _K.commit(self, **_present(message=message, offsets=offsets), asynchronous=asynchronous)  # type: ignore[no-any-return]
+            return _K.commit(self, **_present(message=message, offsets=offsets), asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         if offsets is not None and not (
             isinstance(offsets, list) and all(type(tp) is TopicPartition for tp in offsets)
         ):
-            return _K.commit(self, offsets=offsets, asynchronous=asynchronous)  # type: ignore[no-any-return]
+            return _K.commit(self, offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         return fr.commit(message, offsets, bool(asynchronous))
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
@@ -228,11 +228,11 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 class _PlainMode(Consumer):
     """A ``fastrecover.Consumer`` with the mode off: every method is confluent_kafka's own."""
 
-    poll = _K.poll
+    poll = _K.poll  # type: ignore[assignment]
     consume = _K.consume
-    commit = _K.commit
+    commit = _K.commit  # type: ignore[assignment]
     store_offsets = _K.store_offsets
-    committed = _K.committed
+    committed = _K.committed  # type: ignore[assignment]
     subscribe = _K.subscribe
     assign = _K.assign
     incremental_assign = _K.incremental_assign

@@ -21,7 +21,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -183,7 +183,7 @@ class ParallelMode:
         if msg is not None:
             if msg.error() is None:
                 self.offsets.unsettled.append(msg)
-            elif self.eof and msg.error().code() == KafkaError._PARTITION_EOF:
+            elif self.eof and cast(KafkaError, msg.error()).code() == KafkaError._PARTITION_EOF:
                 return self.hold_eof(msg)
         return msg
 
@@ -359,7 +359,7 @@ class ParallelMode:
         tps = [self.with_mirror(k, o, m) for k, o, m in triples]
         for key, _o, _m in triples:
             self.floors.pop(key, None)
-        return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[no-any-return]
+        return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
 
     def commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
         """The offset-less commit(): everything stored so far, in both logs."""
@@ -440,7 +440,7 @@ class ParallelMode:
         for tp in result:
             key = _key(tp)
             if is_mirror(tp.metadata):  # our mirror is not the application's metadata
-                extra = {"metadata": self.user_meta.get(key), "leader_epoch": tp.leader_epoch}
+                extra: dict[str, Any] = {"metadata": self.user_meta.get(key), "leader_epoch": tp.leader_epoch}
                 tp = TopicPartition(
                     tp.topic, tp.partition, tp.offset, **{k: v for k, v in extra.items() if v is not None}
                 )
@@ -485,6 +485,8 @@ class ParallelMode:
         (_K.incremental_assign if incremental else _K.assign)(self.app, recovered.partitions)
         keys = {_key(tp) for tp in recovered.partitions}
         self.assigned = (self.assigned | keys) if incremental else keys
+        topics = {k.topic for k in self.assigned}
+        self.offsets.single_topic = next(iter(topics)) if len(topics) == 1 else None
         self.started(recovered)
 
     def started(self, recovered: Recovered) -> None:

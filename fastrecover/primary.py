@@ -11,6 +11,7 @@ per record.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from confluent_kafka import Message
 
@@ -19,19 +20,29 @@ from fastrecover.tokens import TopicPartitionKey
 Key = tuple[str, int]
 
 
-def last_offsets(msgs: list[Message]) -> dict[Key, int]:
-    """Offset of the last record of each partition in ``msgs`` (error events are not records)."""
-    keys = zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True)
-    last_index = dict(zip(keys, range(len(msgs)), strict=False))
+def last_offsets(msgs: list[Message], single_topic: str | None = None) -> dict[Key, int]:
+    """Offset of the last record of each partition in ``msgs`` (error events are not records).
+
+    With ``single_topic`` (the one topic every assigned partition is of) partitions alone
+    tell them apart, which halves the C-level passes over the batch.
+    """
+    if single_topic is not None:
+        by_partition = dict(zip(map(Message.partition, msgs), range(len(msgs)), strict=False))
+        last_index = {(single_topic, p): i for p, i in by_partition.items()}
+    else:
+        keys = zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True)
+        last_index = dict(zip(keys, range(len(msgs)), strict=False))
     out: dict[Key, int] = {}
     for key, i in last_index.items():
         msg = msgs[i]
         if msg.error() is not None:  # rare: an event came last; take the partition's last real record
             real = [m for m in msgs[:i] if m.error() is None and (m.topic(), m.partition()) == key]
+            if msg.topic() is not None and msg.topic() != key[0]:  # not one topic after all
+                return last_offsets(msgs)
             if not real:
                 continue
             msg = real[-1]
-        out[key] = msg.offset()
+        out[cast(Key, key)] = cast(int, msg.offset())
     return out
 
 
@@ -42,6 +53,8 @@ class PrimaryOffsets:
         self.unsettled: list[Message] = []
         self.done: dict[Key, int] = {}
         self.dirty: set[Key] = set()
+        #: the topic of every assigned partition, when they share one (set on assignment)
+        self.single_topic: str | None = None
 
     def settle(self) -> None:
         """The previous call's records are done: the application came back for more."""
@@ -52,11 +65,11 @@ class PrimaryOffsets:
         if len(msgs) == 1:
             msg = msgs[0]
             if msg.error() is None:
-                key = (msg.topic(), msg.partition())
-                self.done[key] = msg.offset() + 1  # type: ignore[index]
-                self.dirty.add(key)  # type: ignore[arg-type]
+                key = cast(Key, (msg.topic(), msg.partition()))
+                self.done[key] = cast(int, msg.offset()) + 1
+                self.dirty.add(key)
             return
-        last = last_offsets(msgs)
+        last = last_offsets(msgs, self.single_topic)
         for key, offset in last.items():
             self.done[key] = offset + 1
         self.dirty.update(last)
