@@ -150,7 +150,8 @@ def test_a_failed_batch_replaces_the_handle_and_resumes_at_the_cursor() -> None:
 
     reader = ChildReader({}, batch_size=5, broker_timeout_s=1.0, consumer_factory=factory)
     reader.add([RangeWork(1, KEY, 0, 0, 40)])
-    msgs, _ = reader.take(5)
+    first, _ = reader.take(5)
+    assert len(first) == 5
     reader.failure = RuntimeError("boom")
     assert not reader.is_alive()
     reader.restart()
