@@ -102,7 +102,7 @@ class ChildReader:
         self._paused: set[TopicPartitionKey] = set()
         self._segments: deque[_Segment] = deque()
         self._events: list[ChildEvent] = []
-        self._finished: list[int] = []
+        self._finished: list[tuple[int, TopicPartitionKey]] = []
         self.failure: BaseException | None = None
         self.handles_created = 0
         self.records_delivered = 0
@@ -216,8 +216,8 @@ class ChildReader:
         events, self._events = self._events, []
         return events
 
-    def drain_finished(self) -> list[int]:
-        """Token ids whose every record has been handed out since the last call."""
+    def drain_finished(self) -> list[tuple[int, TopicPartitionKey]]:
+        """Ranges (token id, partition) whose every record has been handed out since the last call."""
         done, self._finished = self._finished, []
         return done
 
@@ -315,7 +315,7 @@ class ChildReader:
             queue = self._work[key]
             head = queue.popleft()
             log.info("child finished reading range #%d of %s", head.token_id, key)
-            self._finished.append(head.token_id)
+            self._finished.append((head.token_id, key))
             self._next_range(key)
 
     def _next_range(self, key: TopicPartitionKey) -> None:

@@ -125,7 +125,9 @@ class ParallelMode:
         self.store_primary()
         for event in self.child.drain_events():
             self.apply_event(event)
-        self.child.drain_finished()
+        finished = self.child.drain_finished()
+        if finished and self.held_eof:
+            self.release_eof(key for _token_id, key in finished)
         if self.child.failure is not None and self.book.has_work:
             self.child_restarts += 1
             self.child.restart()
@@ -143,7 +145,6 @@ class ParallelMode:
         if self.committer.finished_keys:
             keys, self.committer.finished_keys = self.committer.finished_keys, set()
             self.routes = self.book.routes()
-            self.release_eof(keys)
             self.advance_idle(keys)
 
     def advance_idle(self, keys: Iterable[TopicPartitionKey]) -> None:
@@ -272,14 +273,14 @@ class ParallelMode:
     def hold_eof(self, msg: Message) -> Message | None:
         """EOF means the application has everything to the log end: not while the child still reads."""
         key = TopicPartitionKey(msg.topic() or "", msg.partition() or 0)
-        if key in self.child.partitions() or self.book.held(key):
+        if key in self.child.partitions():
             self.held_eof[key] = msg
             return None
         return msg
 
     def release_eof(self, keys: Iterable[TopicPartitionKey]) -> None:
         for key in keys:
-            if key in self.held_eof and key not in self.child.partitions() and not self.book.held(key):
+            if key in self.held_eof and key not in self.child.partitions():
                 self.ready_eof.append(self.held_eof.pop(key))
 
     # ---- commits ---------------------------------------------------------------------------

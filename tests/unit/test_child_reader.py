@@ -102,7 +102,7 @@ def test_delivers_exactly_the_range_and_marks_holes_as_gaps(
         assert isinstance(event, GapEvent)
         holes |= set(range(event.start, event.end))
     assert holes == set(range(start, end)) - present, "gaps are exactly the offsets with no record"
-    assert reader.drain_finished() == [1]
+    assert reader.drain_finished() == [(1, KEY)]
     assert not reader.has_work
 
 
