@@ -31,7 +31,7 @@ def last_offsets(msgs: list[Message], single_topic: str | None = None) -> dict[K
         last_index = {(single_topic, p): i for p, i in by_partition.items()}
     else:
         keys = zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True)
-        last_index = dict(zip(keys, range(len(msgs)), strict=False))
+        last_index = dict(zip(cast("Iterable[Key]", keys), range(len(msgs)), strict=False))
     out: dict[Key, int] = {}
     for key, i in last_index.items():
         msg = msgs[i]

@@ -1,0 +1,213 @@
+"""The two commit logs: offsets inside a held range go to the store, the rest to Kafka.
+
+Per-message commits of partitions with ranges are routed a batch at a time; the
+store side is written behind (:mod:`fastrecover.committer`) unless the commit is
+synchronous.  ``committed()`` merges both logs the way the KIP describes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from fastrecover import hooks
+from fastrecover.codec import is_mirror
+from fastrecover.errors import StoreError
+from fastrecover.mode_state import ModeState, key_of
+from fastrecover.ranges import (
+    RangeProgress,
+    merged_committed,
+    route_commit,
+    route_record,
+    split_commit,
+)
+from fastrecover.tokens import TopicPartitionKey
+
+log = logging.getLogger("fastrecover.commits")
+
+_K = _KafkaConsumer
+
+
+class CommitPaths(ModeState):
+    """commit(), store_offsets() and committed() of the KIP-333 mode."""
+
+    def commit(
+        self, message: Message | None, offsets: list[TopicPartition] | None, asynchronous: bool
+    ) -> list[TopicPartition] | None:
+        if message is not None:
+            key = TopicPartitionKey(message.topic() or "", message.partition() or 0)
+            if key not in self.routes:
+                return self.commit_primary([(key, message.offset() + 1, None)], asynchronous)  # type: ignore[operator]
+            if asynchronous:
+                self.deferred.append(message)  # routed in bulk at the next tick
+                return None
+            self.deferred.append(message)
+            return self.commit_deferred(sync=True)
+        if offsets is not None:
+            triples = [(key_of(tp), tp.offset, tp.metadata) for tp in offsets]
+            return self.commit_offsets(triples, asynchronous)
+        return self.commit_all(asynchronous)
+
+    def commit_deferred(self, sync: bool = False) -> list[TopicPartition] | None:
+        """Per-message commits of partitions with ranges, routed a batch at a time."""
+        msgs, self.deferred = self.deferred, []
+        by_range: dict[int, list[int]] = {}
+        primary: dict[TopicPartitionKey, int] = {}
+        for msg in msgs:
+            key = TopicPartitionKey(msg.topic() or "", msg.partition() or 0)
+            offset: int = msg.offset()  # type: ignore[assignment]
+            token_id = route_record(offset, self.book.spans(key))
+            if token_id is None:
+                primary[key] = max(primary.get(key, 0), offset + 1)
+            else:
+                by_range.setdefault(token_id, []).append(offset)
+        for token_id, done in by_range.items():
+            self.book.mark_done(token_id, done)
+        if not sync:
+            if primary:
+                self.commit_primary([(k, o, None) for k, o in primary.items()], True)
+            return None
+        ranges = self.committer.flush_sync([self.book.get(t).token.key for t in by_range if self.book.get(t)])  # type: ignore[union-attr]
+        hooks.fire("between-commits")
+        result = self.commit_primary([(k, o, None) for k, o in primary.items()], False) if primary else []
+        return list(result or []) + ranges
+
+    def commit_offsets(
+        self, triples: list[tuple[TopicPartitionKey, int, str | None]], asynchronous: bool
+    ) -> list[TopicPartition] | None:
+        routed: dict[int, int] = {}
+        primary: list[tuple[TopicPartitionKey, int, str | None]] = []
+        for key, offset, meta in triples:
+            token_id = route_commit(offset, self.book.spans(key)) if key in self.routes else None
+            if token_id is None:
+                primary.append((key, offset, meta))
+                continue
+            routed[token_id] = max(offset, routed.get(token_id, offset))
+            if meta:
+                self.user_meta[key] = meta
+        for token_id, next_offset in routed.items():
+            self.book.commit_upto(token_id, next_offset)
+        keys = [h.token.key for t in routed if (h := self.book.get(t)) is not None]
+        if asynchronous:
+            if keys:
+                self.committer.flush_async(keys)
+            if primary or not routed:
+                self.commit_primary(primary, True)
+            return None
+        ranges = self.committer.flush_sync(keys) if keys else []
+        if ranges and primary:
+            hooks.fire("between-commits")
+        result = self.commit_primary(primary, False) if primary or not routed else []
+        return list(result or []) + ranges
+
+    def commit_primary(
+        self, triples: list[tuple[TopicPartitionKey, int, str | None]], asynchronous: bool
+    ) -> list[TopicPartition] | None:
+        tps = [self.with_mirror(k, o, m) for k, o, m in triples]
+        for key, _o, _m in triples:
+            self.floors.pop(key, None)
+        return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+
+    def commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
+        """The offset-less commit(): everything stored so far, in both logs."""
+        if self.deferred:
+            self.commit_deferred()
+        if self.auto_store:
+            self.offsets.settle()
+            for run in self.child_runs:
+                self.book.store_upto(run.token_id, run.last + 1)
+            self.child_runs = []
+        self.store_primary()
+        self.book.promote_stored()
+        if asynchronous:
+            self.committer.flush_async()
+            try:
+                _K.commit(self.app, asynchronous=True)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET or not self.book.held():
+                    raise
+            return None
+        ranges = self.committer.flush_sync()
+        if ranges:
+            hooks.fire("between-commits")
+        self.after_commits()
+        try:
+            result = _K.commit(self.app, asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET or not ranges:
+                raise
+            result = []
+        return list(result or []) + ranges
+
+    def store_primary(self, keys: Iterable[TopicPartitionKey] | None = None) -> None:
+        """Hand settled primary offsets to librdkafka's offset store (auto-commit and commit() take them)."""
+        if not self.auto_store:
+            return
+        done = self.offsets.take_dirty(keys)
+        if not done:
+            return
+        tps = [self.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
+        for k in done:
+            self.floors.pop(TopicPartitionKey(*k), None)
+        try:
+            _K.store_offsets(self.app, offsets=tps)
+        except KafkaException as exc:
+            log.debug("store_offsets skipped: %s", exc)
+
+    def store_offsets(self, message: Message | None, offsets: list[TopicPartition] | None) -> None:
+        if message is not None:
+            key = TopicPartitionKey(message.topic() or "", message.partition() or 0)
+            offset: int = message.offset()  # type: ignore[assignment]
+            token_id = route_record(offset, self.book.spans(key)) if key in self.routes else None
+            if token_id is not None:
+                self.book.mark_stored(token_id, (offset,))
+                return
+            _K.store_offsets(self.app, offsets=[self.with_mirror(key, offset + 1, None)])
+            return
+        pairs = [(key_of(tp), tp.offset) for tp in offsets or []]
+        primary, routed = split_commit(pairs, {k: self.book.spans(k) for k, _ in pairs})
+        for token_id, next_offset in routed.items():
+            self.book.store_upto(token_id, next_offset)
+        if primary:
+            _K.store_offsets(self.app, offsets=[self.with_mirror(k, o, None) for k, o in primary])
+
+    def committed(self, partitions: list[TopicPartition], timeout: float | None) -> list[TopicPartition]:
+        """The KIP's merged committed(): below the returned offset everything is checkpointed."""
+        result = _K.committed(self.app, partitions) if timeout is None else _K.committed(self.app, partitions, timeout)
+        foreign: dict[TopicPartitionKey, list[RangeProgress]] | None = None
+        answer = []
+        for tp in result:
+            key = key_of(tp)
+            if is_mirror(tp.metadata):  # our mirror is not the application's metadata
+                extra: dict[str, Any] = {"metadata": self.user_meta.get(key), "leader_epoch": tp.leader_epoch}
+                tp = TopicPartition(
+                    tp.topic, tp.partition, tp.offset, **{k: v for k, v in extra.items() if v is not None}
+                )
+            answer.append(tp)
+            ranges = [h.durable for h in self.book.held(key)]
+            if not ranges and key not in self.assigned:
+                if foreign is None:
+                    foreign = self.foreign_ranges()
+                ranges = foreign.get(key, [])
+            merged = merged_committed(tp.offset if tp.offset >= 0 else None, ranges)
+            if merged is not None:
+                tp.offset = merged
+        return answer
+
+    def foreign_ranges(self) -> dict[TopicPartitionKey, list[RangeProgress]]:
+        store = self.link.get()
+        if store is None:
+            return {}
+        try:
+            tokens = store.open_ranges(self.group, skip_corrupt=True)
+        except StoreError as exc:
+            log.warning("committed(): range store unreadable, answering from Kafka only: %s", exc)
+            return {}
+        out: dict[TopicPartitionKey, list[RangeProgress]] = {}
+        for t in tokens:
+            out.setdefault(t.key, []).append(t.progress)
+        return out

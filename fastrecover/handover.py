@@ -1,0 +1,205 @@
+"""Assignment and hand-over: recovery on assign, commits and range release on revoke.
+
+A partition that leaves this member with unfinished ranges is *handed back*:
+Kafka's committed offset moves down to the lowest unfinished offset after what
+the primary processed above the ranges became done tokens, so that any
+successor, a plain consumer included, starts where nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import KafkaException, TopicPartition
+
+from fastrecover.commits import CommitPaths
+from fastrecover.errors import StoreError
+from fastrecover.mode_state import RebalanceCallback, key_of
+from fastrecover.ranges import (
+    OffsetRange,
+    RangeProgress,
+    subtract,
+)
+from fastrecover.recoverer import Recovered
+from fastrecover.store import ProgressUpdate
+from fastrecover.tokens import TopicPartitionKey
+
+log = logging.getLogger("fastrecover.handover")
+
+_K = _KafkaConsumer
+
+
+class Handover(CommitPaths):
+    """subscribe/assign/unassign and the rebalance callbacks of the KIP-333 mode."""
+
+    def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
+        self.user_cbs = (on_assign, on_revoke, on_lost)
+        _K.subscribe(self.app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
+
+    def assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
+        if not self.in_rebalance and not incremental:
+            keep = {key_of(tp) for tp in partitions}
+            self.let_go([k for k in self.assigned if k not in keep], lost=False)
+        recovered = self.recoverer.recover(partitions)
+        if self.in_rebalance:
+            self.assigned_in_cb = True
+        (_K.incremental_assign if incremental else _K.assign)(self.app, recovered.partitions)
+        keys = {key_of(tp) for tp in recovered.partitions}
+        self.assigned = (self.assigned | keys) if incremental else keys
+        topics = {k.topic for k in self.assigned}
+        self.offsets.single_topic = next(iter(topics)) if len(topics) == 1 else None
+        self.started(recovered)
+
+    def started(self, recovered: Recovered) -> None:
+        """Hand new ranges to the child; mirror them into the commit metadata (same offset)."""
+        self.floors.update(recovered.floors)
+        token_ids, to_mirror = recovered.started, recovered.to_mirror
+        self.routes = self.book.routes()
+        works = self.book.works(token_ids)
+        if works:
+            self.child.add(works)
+        if self.settings.commit_mirror and to_mirror:
+            try:
+                _K.commit(self.app, offsets=[self.with_mirror(k, c, None) for k, c in to_mirror], asynchronous=False)
+            except KafkaException as exc:
+                log.warning("could not mirror ranges into commit metadata: %s", exc)
+
+    def unassign(self, keys: list[TopicPartitionKey] | None) -> None:
+        gone = list(self.assigned) if keys is None else keys
+        if not self.in_rebalance:
+            self.let_go(gone, lost=False)
+        else:
+            self.assigned_in_cb = True
+        if keys is None:
+            _K.unassign(self.app)
+            self.assigned = set()
+        else:
+            _K.incremental_unassign(self.app, [TopicPartition(k.topic, k.partition) for k in keys])
+            self.assigned -= set(keys)
+
+    def on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.in_rebalance, self.assigned_in_cb = True, False
+        try:
+            if self.user_cbs[0] is not None:
+                self.user_cbs[0](self.app, partitions)
+        finally:
+            self.in_rebalance = False
+        if not self.assigned_in_cb:
+            self.assign(partitions, incremental=self.cooperative)
+
+    def on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.rebalance_out(partitions, self.user_cbs[1], lost=False)
+
+    def on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.rebalance_out(partitions, self.user_cbs[2] or self.user_cbs[1], lost=True)
+
+    def rebalance_out(self, partitions: list[TopicPartition], user_cb: RebalanceCallback | None, lost: bool) -> None:
+        keys = [key_of(tp) for tp in partitions]
+        try:
+            self.in_rebalance = True
+            if user_cb is not None:
+                user_cb(self.app, partitions)
+        finally:
+            self.in_rebalance = False
+            self.let_go(keys, lost=lost)
+            self.assigned -= set(keys)
+
+    def let_go(self, keys: list[TopicPartitionKey], lost: bool) -> None:
+        """Partitions leave this member: commit what we may, hand unfinished ranges back, release."""
+        if not keys:
+            return
+        if self.deferred:
+            self.commit_deferred()
+        if not lost:
+            if self.auto_store:
+                self.offsets.settle()
+                for run in self.child_runs:
+                    self.book.store_upto(run.token_id, run.last + 1)
+            self.child_runs = []
+            if self.auto_commit:
+                done = self.offsets.take_dirty(keys)
+                tps = [self.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
+                if tps:
+                    try:
+                        _K.commit(self.app, offsets=tps, asynchronous=False)
+                    except KafkaException as exc:
+                        log.warning("commit on revoke failed: %s", exc)
+                self.book.promote_stored(keys)
+            self.committer.flush_sync(keys, raise_errors=False)
+            self.hand_back(keys)
+        self.child.drop(keys)
+        released = self.book.remove_partitions(keys)
+        self.offsets.drop(keys)
+        for key in keys:
+            self.floors.pop(key, None)
+            self.held_eof.pop(key, None)
+        self.routes = self.book.routes()
+        store = self.link.get()
+        if lost or store is None:
+            return
+        for held in released:
+            if held.parked:
+                continue
+            try:
+                store.release(held.token.id, self.owner, held.token.epoch)
+            except StoreError as exc:
+                log.debug("release of range #%d failed: %s", held.token.id, exc)
+
+    def hand_back(self, keys: list[TopicPartitionKey]) -> None:
+        """Move Kafka's offset down to the lowest unfinished offset of partitions with open ranges.
+
+        What the primary processed above the ranges becomes *done* tokens first, so a
+        fastrecover successor does not re-read it, while any successor, a plain
+        consumer included, starts at the lowest offset not yet processed: turning the
+        mode off, or a mixed group after a graceful hand-over, loses nothing.
+        """
+        store = self.link.get()
+        open_keys = [k for k in keys if any(not h.parked and not h.pending.done for h in self.book.held(k))]
+        if store is None or not open_keys:
+            return
+        try:
+            current = {
+                key_of(tp): tp.offset
+                for tp in _K.committed(
+                    self.app,
+                    [TopicPartition(k.topic, k.partition) for k in open_keys],
+                    timeout=self.settings.recovery_timeout_s,
+                )
+            }
+        except KafkaException as exc:
+            log.warning("could not read committed offsets to hand ranges back: %s", exc)
+            return
+        tps = []
+        for key in open_keys:
+            held = [h for h in self.book.held(key) if not h.parked]
+            lowest = min(h.pending.committed for h in held if not h.pending.done)
+            primary_at = current.get(key, -1)
+            if primary_at <= lowest:
+                continue
+            try:
+                known = [
+                    t.span for t in store.partition_ranges(self.group, key.topic, key.partition, ending_after=lowest)
+                ]
+                for gap in subtract_all(lowest, primary_at, known):
+                    token = store.create_range(self.group, key.topic, key.partition, gap[0], gap[1], self.owner)
+                    if token.is_open and token.owner == self.owner:
+                        store.commit_one(
+                            ProgressUpdate(token.id, self.owner, token.epoch, RangeProgress(gap[0], gap[1], gap[1]))
+                        )
+            except StoreError as exc:
+                log.warning("could not record %s's primary progress; its Kafka offset stays: %s", key, exc)
+                continue
+            tps.append(self.with_mirror(key, lowest, None))
+        if tps:
+            try:
+                _K.commit(self.app, offsets=tps, asynchronous=False)
+            except KafkaException as exc:
+                log.warning("could not hand ranges back to Kafka's offsets: %s", exc)
+
+
+def subtract_all(low: int, high: int, spans: list[Any]) -> list[tuple[int, int]]:
+    """``[low, high)`` minus ``spans``, as (start, end) pairs."""
+
+    return [(r.start, r.end) for r in subtract(OffsetRange(low, high), spans)]

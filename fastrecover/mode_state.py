@@ -1,0 +1,137 @@
+"""The state a consumer in KIP-333 mode keeps, and what every path of it shares.
+
+:class:`ModeState` owns the units (primary offsets, recoverer, child, book,
+committer) and the small shared steps: the commit-metadata mirror of a
+partition and what follows a store commit.  The paths build on it in layers,
+one module each: :mod:`fastrecover.commits` (the two commit logs),
+:mod:`fastrecover.handover` (assignment, revocation, handing ranges back) and
+:mod:`fastrecover.parallel` (the merged record streams and the tick).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import KafkaException, Message, TopicPartition
+
+from fastrecover.book import RangeBook
+from fastrecover.child import ChildReader, GapEvent, Run, SkipEvent
+from fastrecover.committer import RangeCommitter, StoreLink
+from fastrecover.config import Settings, child_config, is_cooperative, parse_bool
+from fastrecover.primary import PrimaryOffsets
+from fastrecover.recoverer import Recoverer
+from fastrecover.tokens import TopicPartitionKey
+
+log = logging.getLogger("fastrecover.consumer")
+
+#: on_assign / on_revoke / on_lost, as confluent_kafka calls them
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+
+_K = _KafkaConsumer
+
+
+def key_of(tp: TopicPartition) -> TopicPartitionKey:
+    """The hashable key of a TopicPartition (which is mutable)."""
+    return TopicPartitionKey(tp.topic, tp.partition)
+
+
+class ModeState:
+    """The mode-on state of one consumer (``app`` is the application's object)."""
+
+    def __init__(self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.group = str(conf["group.id"])
+        self.auto_commit = parse_bool("enable.auto.commit", conf.get("enable.auto.commit", True))
+        self.auto_store = parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True))
+        self.eof = parse_bool("enable.partition.eof", conf.get("enable.partition.eof", False))
+        self.commit_interval_s = int(conf.get("auto.commit.interval.ms", 5000)) / 1000.0
+        self.cooperative = is_cooperative(conf)
+        self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.book = RangeBook()
+        self.link = StoreLink(settings.store_url, settings.store_create, settings.retry_backoff_s)
+        self.link.get(force=True)
+        self.child = ChildReader(
+            child_config(conf, settings), batch_size=settings.batch_size, broker_timeout_s=settings.recovery_timeout_s
+        )
+        self.committer = RangeCommitter(
+            self.book,
+            self.link,
+            self.owner,
+            interval_s=settings.commit_interval_s,
+            on_commit=conf.get("on_commit"),
+            on_fenced=self.child.drop_range,
+        )
+        self.recoverer = Recoverer(app, self.book, self.link, settings, self.group, self.owner)
+        self.offsets = PrimaryOffsets()
+        self.child_runs: list[Run] = []
+        self.assigned: set[TopicPartitionKey] = set()
+        self.routes: set[TopicPartitionKey] = set()
+        self.floors: dict[TopicPartitionKey, int] = {}
+        self.user_meta: dict[TopicPartitionKey, str] = {}
+        self.held_eof: dict[TopicPartitionKey, Message] = {}
+        self.ready_eof: list[Message] = []
+        self.deferred: list[Message] = []
+        self.user_cbs: tuple[RebalanceCallback | None, ...] = (None, None, None)
+        self.in_rebalance = False
+        self.assigned_in_cb = False
+        self.next_tick = 0.0
+        self.next_range_commit = time.monotonic() + self.commit_interval_s
+        self.turn = False
+        self.child_restarts = 0
+
+    def after_commits(self) -> None:
+        """Ranges settled or finished in the store: refresh mirrors, move idle partitions' Kafka offsets."""
+        if self.committer.settled_keys:
+            keys, self.committer.settled_keys = self.committer.settled_keys, set()
+            self.offsets.dirty.update(k for k in keys if k in self.offsets.done)
+        if self.committer.finished_keys:
+            keys, self.committer.finished_keys = self.committer.finished_keys, set()
+            self.routes = self.book.routes()
+            self.advance_idle(keys)
+
+    def advance_idle(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """committed() is never stale: a finished partition whose primary committed nothing moves to its floor."""
+        tps = []
+        for key in keys:
+            floor = self.floors.get(key)
+            if floor is None or self.book.held(key) or key in self.offsets.done:
+                continue
+            del self.floors[key]
+            tps.append(TopicPartition(key.topic, key.partition, floor))
+        if tps:
+            try:
+                _K.commit(self.app, offsets=tps, asynchronous=True)
+            except KafkaException as exc:
+                log.debug("moving finished partitions' offsets: %s", exc)
+
+    def apply_event(self, event: SkipEvent | GapEvent) -> None:
+        if isinstance(event, GapEvent):
+            self.book.mark_done(event.token_id, range(event.start, event.end))
+            return
+        lost = self.book.skip_to(event.token_id, event.low)
+        held = self.book.get(event.token_id)
+        if held is not None and lost:
+            log.warning(
+                "retention deleted %d records of range #%d of %s before they were backfilled "
+                "(skipped up to offset %d; recorded on the token)",
+                lost,
+                held.token.id,
+                held.token.key,
+                event.low,
+            )
+
+    def with_mirror(self, key: TopicPartitionKey, offset: int, user_metadata: str | None) -> TopicPartition:
+        if user_metadata is not None:
+            return TopicPartition(key.topic, key.partition, offset, metadata=user_metadata)
+        text = self.book.mirror(key) if self.settings.commit_mirror and key in self.routes else ""
+        if text:
+            return TopicPartition(key.topic, key.partition, offset, metadata=text)
+        return TopicPartition(key.topic, key.partition, offset)
