@@ -215,8 +215,10 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         if fr is None:
             _K.close(self)
             return
-        self._fr = None  # from here on every method is the closed primary's: RuntimeError('Consumer closed')
-        fr.close()
+        try:
+            fr.close()  # rebalance callbacks during close still see the mode-on methods
+        finally:
+            self._fr = None  # from here on every method is the closed primary's: RuntimeError('Consumer closed')
 
     def __enter__(self) -> Consumer:
         return self

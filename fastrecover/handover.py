@@ -182,11 +182,14 @@ class Handover(CommitPaths):
                 known = [
                     t.span for t in store.partition_ranges(self.group, key.topic, key.partition, ending_after=lowest)
                 ]
-                for gap in subtract_all(lowest, primary_at, known):
-                    token = store.create_range(self.group, key.topic, key.partition, gap[0], gap[1], self.owner)
-                    if token.is_open and token.owner == self.owner:
+                for gap in subtract(OffsetRange(lowest, primary_at), known):
+                    token = store.create_range(self.group, key.topic, key.partition, gap.start, gap.end, self.owner)
+                    # a token that already starts there (a concurrent writer) is not ours to finish
+                    if token.is_open and token.owner == self.owner and token.span == gap:
                         store.commit_one(
-                            ProgressUpdate(token.id, self.owner, token.epoch, RangeProgress(gap[0], gap[1], gap[1]))
+                            ProgressUpdate(
+                                token.id, self.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end)
+                            )
                         )
             except StoreError as exc:
                 log.warning("could not record %s's primary progress; its Kafka offset stays: %s", key, exc)
@@ -197,9 +200,3 @@ class Handover(CommitPaths):
                 _K.commit(self.app, offsets=tps, asynchronous=False)
             except KafkaException as exc:
                 log.warning("could not hand ranges back to Kafka's offsets: %s", exc)
-
-
-def subtract_all(low: int, high: int, spans: list[Any]) -> list[tuple[int, int]]:
-    """``[low, high)`` minus ``spans``, as (start, end) pairs."""
-
-    return [(r.start, r.end) for r in subtract(OffsetRange(low, high), spans)]

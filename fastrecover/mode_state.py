@@ -85,6 +85,7 @@ class ModeState:
         self.next_tick = 0.0
         self.next_range_commit = time.monotonic() + self.commit_interval_s
         self.turn = False
+        self.next_child_restart = 0.0
         self.child_restarts = 0
 
     def after_commits(self) -> None:
@@ -102,7 +103,7 @@ class ModeState:
         tps = []
         for key in keys:
             floor = self.floors.get(key)
-            if floor is None or self.book.held(key) or key in self.offsets.done:
+            if floor is None or key not in self.assigned or self.book.held(key) or key in self.offsets.done:
                 continue
             del self.floors[key]
             tps.append(TopicPartition(key.topic, key.partition, floor))

@@ -73,7 +73,9 @@ class ParallelMode(Handover):
         finished = self.child.drain_finished()
         if finished and self.held_eof:
             self.release_eof(key for _token_id, key in finished)
-        if self.child.failure is not None and self.book.has_work:
+        if self.child.failure is not None and self.book.has_work and now >= self.next_child_restart:
+            # at most one new handle per back-off: a handle that cannot work must not spin
+            self.next_child_restart = now + max(self.settings.retry_backoff_s, _TICK_S)
             self.child_restarts += 1
             self.child.restart()
         if self.auto_commit and now >= self.next_range_commit:
