@@ -77,6 +77,10 @@ class ParallelMode(Handover):
             # at most one new handle per back-off: a handle that cannot work must not spin
             self.next_child_restart = now + max(self.settings.retry_backoff_s, _TICK_S)
             self.child_restarts += 1
+            log.warning(
+                "child consumer died (%r); restarting it from the ranges' committed offsets and delivery cursors",
+                self.child.failure,
+            )
             self.child.restart()
         if self.auto_commit and now >= self.next_range_commit:
             self.next_range_commit = now + self.commit_interval_s

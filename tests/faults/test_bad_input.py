@@ -12,17 +12,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
-from fastrecover.errors import ConfigError, SchemaBehindError, StateError
+from fastrecover.errors import ConfigError, SchemaBehindError
 from fastrecover.store import build_engine, open_store
 from fastrecover.store.models import VERSION_TABLE
 from fastrecover.testing.broker import produce
 from fastrecover.testing.waiting import wait_for
-from tests.integration.helpers import crash_after_commit, group_offsets, parallel_config, poll_until
+from tests.integration.helpers import crash_after_commit, parallel_config, poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -178,33 +179,43 @@ def test_store_at_an_older_schema_is_refused_and_left_as_it_is(
         engine.dispose()
 
 
-def test_commit_of_unassigned_partitions_names_them_and_commits_nothing(
+def test_commit_with_unassigned_partitions_behaves_as_plain_and_routes_the_rest(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
+    """Issue 10: no error of ours for a commit plain accepts; the valid parts reach their logs."""
     url = f"sqlite:///{tmp_path / 'ranges.db'}"
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
     crash_after_commit(bootstrap, topic, unique_group, url, tmp_path, commit_at=10, block_at=50)
     produce(bootstrap, topic, [f"r{i}" for i in range(50, 100)], partition=0)
     consumer = Consumer(parallel_config(bootstrap, unique_group, url))
+    plain = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group + "-plain"})
     try:
         consumer.subscribe([topic])
         got: list[Message] = []
         poll_until(consumer, got, lambda: {m.offset() for m in got} >= {10, 11, 12}, 60, "backfill records")
-        before_rows = _rows(url)
-        before_kafka = [tp.offset for tp in group_offsets(bootstrap, unique_group, topic)]
-        # a range offset and a primary offset of the assigned partition, plus two strays
-        bad = [
-            TopicPartition(topic, 0, 13),
-            TopicPartition(topic, 0, 100),
-            TopicPartition("nope", 3, 10),
-            TopicPartition(topic, 7, 1),
-        ]
-        for asynchronous in (False, True):
-            with pytest.raises(StateError, match=rf"not assigned.*nope\[3\].*{re.escape(topic)}\[7\]"):
-                consumer.commit(offsets=bad, asynchronous=asynchronous)
-        assert _rows(url) == before_rows
-        assert [tp.offset for tp in group_offsets(bootstrap, unique_group, topic)] == before_kafka
-        assert consumer.backfill_progress()[0][1].committed == 10, "nothing of the batch was applied"
+
+        def bad() -> list[TopicPartition]:
+            # an offset inside the assigned partition's range, plus two strays
+            return [
+                TopicPartition(topic, 0, 13),
+                TopicPartition("nope", 3, 10),
+                TopicPartition(topic, 7, 1),
+            ]
+
+        def outcome(call: Any) -> Any:
+            try:
+                result = call()
+            except Exception as exc:
+                return type(exc), exc.args[0].code() if isinstance(exc, KafkaException) else None
+            return [(tp.topic, tp.partition, tp.error.code() if tp.error else None) for tp in result or []]
+
+        ours = outcome(lambda: consumer.commit(offsets=bad(), asynchronous=False))
+        theirs = outcome(lambda: plain.commit(offsets=bad(), asynchronous=False))
+        assert type(ours) is type(theirs)
+        if isinstance(theirs, tuple):
+            assert ours == theirs, "the same exception type and error code as confluent_kafka"
+        assert consumer.backfill_progress()[0][1].committed == 13, "the range's part reached the store"
+        assert consumer.commit(offsets=bad(), asynchronous=True) is None
     finally:
         consumer.close()
