@@ -64,9 +64,16 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         conf, settings = split_config(args[0] if args else {}, **kwargs)
         if settings.enabled and settings.child_overrides:
             _check_child_config(child_config(conf, settings))
-        super().__init__(conf)
-        if settings.enabled:
-            self._fr = ParallelMode(self, conf, settings)
+        if not settings.enabled:
+            super().__init__(conf)
+            return
+        primary_conf = dict(conf)
+        if parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True)):
+            # We store the primary's offsets ourselves, one call late and with the range mirror:
+            # a record counts as done once the application comes back for more.
+            primary_conf["enable.auto.offset.store"] = False
+        super().__init__(primary_conf)
+        self._fr = ParallelMode(self, conf, settings)
 
     # ---- KIP-333 additions -----------------------------------------------------------------
 
