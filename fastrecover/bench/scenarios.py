@@ -4,7 +4,8 @@
   process (plain confluent_kafka.Consumer or fastrecover): time to fresh data,
   time to drain, RSS.  Feeds the ``ttf``, ``drain`` and ``memory`` figures.
 * :func:`steady_once`: consume a pre-filled topic with no crash and no open
-  range, in this process: records/s and caller-thread CPU per record.
+  range, in this process, committing as one pattern of the matrix does:
+  records/s and caller-thread CPU per record.
 * :func:`store_once`: backfill commits straight to a RangeStore: per-message
   and batched, commits/s and per-commit latency.
 """
@@ -17,7 +18,8 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,6 +27,7 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import Producer, TopicPartition
 
+from fastrecover.bench.patterns import BATCH, consumer_config, hooks
 from fastrecover.ranges import RangeProgress
 from fastrecover.store import ProgressUpdate, open_store
 from fastrecover.testing.broker import create_topic, delete_topic
@@ -92,11 +95,27 @@ def log_ends(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[i
         consumer.close()
 
 
-def _wait_event(proc: EventProcess, name: str, timeout: float) -> dict[str, Any]:
+def _tail(log_file: TextIO | None, lines: int = 15) -> str:
+    """The last lines the workers wrote to stderr: why a worker died, for the error message."""
+    name = getattr(log_file, "name", None)
+    if not isinstance(name, str):
+        return ""
+    try:
+        log_file.flush()  # type: ignore[union-attr]
+        with open(name, errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _wait_event(proc: EventProcess, name: str, timeout: float, log_file: TextIO | None = None) -> dict[str, Any]:
     def seen() -> dict[str, Any]:
         event = proc.event(name)
         if event is None and not proc.alive():
-            raise RuntimeError(f"bench worker exited (code {proc.proc.returncode}) before '{name}'")
+            raise RuntimeError(
+                f"bench worker exited (code {proc.proc.returncode}) before '{name}'; its stderr ends:\n"
+                + _tail(log_file)
+            )
         return event or {}
 
     return wait_for(seen, timeout, 0.005, f"the bench worker's '{name}' event")
@@ -111,6 +130,27 @@ class RestartSpec:
     partitions: int = PARTITIONS
     live_rate: int = LIVE_RATE
     work_us: int = 0
+    pattern: str = "auto"
+    timeout_s: float = RUN_TIMEOUT_S  # restart → lag drained; past it the run fails (a missed goal, not a hang)
+
+
+@contextmanager
+def _store_url_in_environment(url: str | None) -> Iterator[None]:
+    """Hand the store URL to the worker through its environment: argv is visible to every user in ``ps``."""
+    from fastrecover.bench.worker import STORE_URL_ENV
+
+    before = os.environ.get(STORE_URL_ENV)
+    if url is None:
+        os.environ.pop(STORE_URL_ENV, None)
+    else:
+        os.environ[STORE_URL_ENV] = url
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STORE_URL_ENV, None)
+        else:
+            os.environ[STORE_URL_ENV] = before
 
 
 def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
@@ -137,26 +177,29 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             ",".join(f"{p}:{o}" for p, o in lag_end.items()),
             "--work-us",
             str(spec.work_us),
+            "--pattern",
+            spec.pattern,
         ]
-        if spec.mode == "fastrecover":
-            args += ["--store-url", spec.store_url]
         restart = time.time()
-        worker = EventProcess("fastrecover.bench.worker", args, log_file, stdin=True)
+        with _store_url_in_environment(spec.store_url if spec.mode == "fastrecover" else None):
+            worker = EventProcess("fastrecover.bench.worker", args, log_file, stdin=True)
         live = SteadyProducer(spec.bootstrap, topic, spec.live_rate, value_size=VALUE_SIZE, partitions=spec.partitions)
         live.start()
         stopped = False
         try:
-            _wait_event(worker, "lag_drained", RUN_TIMEOUT_S)
+            _wait_event(worker, "lag_drained", spec.timeout_s, log_file)
             live.stop()
             stopped = True
             live_total = sum(log_ends(spec.bootstrap, topic, spec.partitions).values()) - lag
             worker.tell(f"live {live_total}")
-            drained = _wait_event(worker, "drained", 120)
+            drained = _wait_event(worker, "drained", 120, log_file)
         finally:
             if not stopped:
                 live.stop()
             worker.kill(signal.SIGTERM, timeout=60)
-        ev = {name: worker.event(name) for name in ("started", "joined", "assigned", "fresh", "lag_drained")}
+        ev = {
+            name: worker.event(name) for name in ("started", "subscribed", "joined", "assigned", "fresh", "lag_drained")
+        }
         stats = worker.event("stats") or {}
         missing = [name for name, e in ev.items() if e is None]
         if missing:
@@ -174,7 +217,8 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             "replay_s": t["fresh"] - t["joined"],
             "lag_drained_s": t["lag_drained"] - restart,
             "drain_s": t["drained"] - restart,
-            "records_per_s": (lag + live_total) / max(1e-9, t["drained"] - t["joined"]),
+            # From just before subscribe(): group join and fastrecover's recovery count for both consumers.
+            "records_per_s": (lag + live_total) / max(1e-9, t["drained"] - t["subscribed"]),
             "base_rss_mib": stats.get("base_rss_mib"),
             "peak_rss_mib": stats.get("peak_rss_mib"),
             "growth_mib": (stats["peak_rss_mib"] - stats["base_rss_mib"]) if "peak_rss_mib" in stats else None,
@@ -191,60 +235,85 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
 # -- steady state -----------------------------------------------------------------------------------
 
 
-def make_steady_consumer(variant: str, bootstrap: str, store_url: str) -> Any:
+def make_steady_consumer(mode: str, pattern: str, bootstrap: str, store_url: str) -> Any:
+    """A consumer in a new group (nothing committed: with the mode on, no range opens)."""
     conf = {
         "bootstrap.servers": bootstrap,
         "group.id": f"bench-steady-{uuid.uuid4().hex[:8]}",
         "auto.offset.reset": "earliest",
+        **consumer_config(pattern),
     }
-    if variant == "raw":
+    if mode == "plain":
         return RawConsumer(conf)
-    from fastrecover.consumer import Consumer
+    from fastrecover import Consumer
 
-    if variant == "off":
-        return Consumer(conf)
     return Consumer({**conf, "enable.parallel.rebalance": True, "fastrecover.store.url": store_url})
 
 
 def steady_once(
-    bootstrap: str, topic: str, variant: str, api: str, records: int, store_url: str, batch: int = 500
+    bootstrap: str, topic: str, mode: str, api: str, pattern: str, records: int, store_url: str
 ) -> dict[str, float]:
-    """Read ``records`` records of a pre-filled topic; the clock starts at the first record (join excluded).
+    """Read ``records`` records of a pre-filled topic; the clocks start at the first record (join excluded).
 
-    The loop is what every application does at least: check error(), read value().
+    The loop is what every application does at least: check error(), read
+    value(), then commit as ``pattern`` says.  Measured: wall clock, the CPU
+    time of this (the caller's) thread, which other load on the machine barely
+    moves, and the CPU of the whole process (librdkafka's threads included).
     """
-    consumer = make_steady_consumer(variant, bootstrap, store_url)
+    consumer = make_steady_consumer(mode, pattern, bootstrap, store_url)
     try:
+        on_message, on_batch = hooks(consumer, pattern)
         consumer.subscribe([topic])
         got = 0
         deadline = time.monotonic() + 60
         while got == 0:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"steady {variant}/{api}: no record within 60 s")
-            for msg in consumer.consume(batch, 0.5):
+                raise TimeoutError(f"steady {mode}/{api}/{pattern}: no record within 60 s")
+            batch = consumer.consume(BATCH, 0.5)
+            for msg in batch:
                 if msg.error() is None:
+                    msg.value()
+                    if on_message is not None:
+                        on_message(msg)
                     got += 1
+            if batch and on_batch is not None:
+                on_batch()
         first = got
-        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        wall0, cpu0, proc0 = time.perf_counter(), time.thread_time(), time.process_time()
         if api == "poll":
+            poll = consumer.poll
             while got < records:
-                msg = consumer.poll(1.0)
+                msg = poll(1.0)
                 if msg is None or msg.error() is not None:
                     continue
                 msg.value()
+                if on_message is not None:
+                    on_message(msg)
                 got += 1
         else:
+            consume = consumer.consume
             while got < records:
-                for msg in consumer.consume(batch, 1.0):
+                batch = consume(BATCH, 1.0)
+                for msg in batch:
                     if msg.error() is not None:
                         continue
                     msg.value()
+                    if on_message is not None:
+                        on_message(msg)
                     got += 1
-        wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
+                if batch and on_batch is not None:
+                    on_batch()
+        wall = time.perf_counter() - wall0
+        cpu, proc = time.thread_time() - cpu0, time.process_time() - proc0
     finally:
         consumer.close()
     measured = got - first
-    return {"records_per_s": measured / wall, "cpu_us_per_record": cpu / measured * 1e6, "records": measured}
+    return {
+        "records_per_s": measured / wall,
+        "cpu_us_per_record": cpu / measured * 1e6,
+        "process_cpu_us_per_record": proc / measured * 1e6,
+        "records": measured,
+    }
 
 
 # -- store ------------------------------------------------------------------------------------------
