@@ -32,14 +32,11 @@ def url_secrets(url: str) -> list[str]:
     if not _SCHEME.match(url):
         return []
     found: list[str] = []
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo = netloc.rsplit("@", 1)[0]
-        if ":" in userinfo:
-            raw = userinfo.split(":", 1)[1]
-            found += [raw, unquote(raw)]
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+    split = _split_userinfo(url)
+    if split is not None and ":" in split[1]:
+        raw = split[1].split(":", 1)[1]
+        found += [raw, unquote(raw)]
+    for key, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
         if _is_secret_key(key) and value:
             found += [value, quote(value, safe=""), quote(value)]
     return sorted({s for s in found if s}, key=len, reverse=True)
@@ -51,18 +48,13 @@ def mask_url(url: str) -> str:
     Text that is not a URL comes back unchanged.  A password may contain ``@``,
     ``/`` or ``:`` (percent-encoded or not): the userinfo ends at the last ``@``.
     """
-    match = _SCHEME.match(url)
-    if not match:
+    if not _SCHEME.match(url):
         return url
-    rest = url[match.end() :]
-    # The authority ends at the first '/', '?' or '#' after the last '@' that precedes a path.
-    at = rest.rfind("@", 0, _authority_end(rest))
-    if at >= 0:
-        userinfo, tail = rest[:at], rest[at + 1 :]
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":" + MASK
-        rest = userinfo + "@" + tail
-    masked = match.group(0) + rest
+    masked = url
+    split = _split_userinfo(url)
+    if split is not None and ":" in split[1]:
+        head, userinfo, tail = split
+        masked = f"{head}{userinfo.split(':', 1)[0]}:{MASK}@{tail}"
     parts = urlsplit(masked)
     if parts.query:
         pairs = parse_qsl(parts.query, keep_blank_values=True)
@@ -70,6 +62,18 @@ def mask_url(url: str) -> str:
             query = urlencode([(k, MASK if _is_secret_key(k) else v) for k, v in pairs], safe="*")
             masked = urlunsplit(parts._replace(query=query))
     return masked
+
+
+def _split_userinfo(url: str) -> tuple[str, str, str] | None:
+    """``(scheme://, userinfo, rest after '@')`` of a URL with userinfo, else None."""
+    match = _SCHEME.match(url)
+    if not match:
+        return None
+    rest = url[match.end() :]
+    at = rest.rfind("@", 0, _authority_end(rest))
+    if at < 0:
+        return None
+    return match.group(0), rest[:at], rest[at + 1 :]
 
 
 def _authority_end(rest: str) -> int:

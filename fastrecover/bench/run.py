@@ -59,6 +59,7 @@ class Sizes:
     steady_sync_records: int
     steady_repeats: int
     store_commits: int
+    min_timeout_s: float  # a restart run gets this + lag / MIN_RATE of its kind to drain, then fails
 
 
 FULL = Sizes(
@@ -71,6 +72,7 @@ FULL = Sizes(
     steady_sync_records=5_000,
     steady_repeats=5,
     store_commits=2_000,
+    min_timeout_s=60.0,
 )
 QUICK = Sizes(
     lags=[5_000, 20_000],
@@ -82,6 +84,7 @@ QUICK = Sizes(
     steady_sync_records=500,
     steady_repeats=2,
     store_commits=200,
+    min_timeout_s=20.0,
 )
 
 
@@ -218,11 +221,10 @@ def _mode_order(rep: int, index: int) -> tuple[str, str]:
 #: goal by far (plain drains at 100k+/s, or ~1k/s with a sync commit per record), and the matrix must
 #: finish in bounded time whatever the code under test does.
 MIN_RATE = {"async": 10_000, "sync-batch": 10_000, "sync-message": 200}
-MIN_TIMEOUT_S = 60.0
 
 
-def run_timeout(pattern: str, lag: int) -> float:
-    return MIN_TIMEOUT_S + lag / MIN_RATE[PATTERNS[pattern].kind]
+def run_timeout(pattern: str, lag: int, min_timeout_s: float) -> float:
+    return min_timeout_s + lag / MIN_RATE[PATTERNS[pattern].kind]
 
 
 def _restart_spec(
@@ -230,7 +232,7 @@ def _restart_spec(
 ) -> Any:
     sync = PATTERNS[pattern].kind == "sync-message"
     live = opts.sizes.sync_live_rate if sync else scenarios.LIVE_RATE
-    timeout = run_timeout(pattern, lag) + lag * work_us / 1e6
+    timeout = run_timeout(pattern, lag, opts.sizes.min_timeout_s) + lag * work_us / 1e6
     return scenarios.RestartSpec(
         bootstrap, lag, mode, store_url, live_rate=live, pattern=pattern, work_us=work_us, timeout_s=timeout
     )
