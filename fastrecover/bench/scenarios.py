@@ -40,6 +40,7 @@ PARTITIONS = 6
 VALUE_SIZE = 100
 LIVE_RATE = 1000  # live records/s produced from the restart on
 RUN_TIMEOUT_S = 900.0
+KILL_GRACE_S = 5.0
 
 #: A high-throughput producer for building the lag before the restart.
 FAST_PRODUCER = {
@@ -157,6 +158,7 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
     """One restart after a lag of ``spec.lag`` records; all times in seconds from the process start."""
     tag = uuid.uuid4().hex[:6]
     topic, group = f"bench-{spec.mode}-{spec.lag}-{tag}", f"bench-{spec.mode}-{tag}"
+    setup = time.monotonic()
     create_topic(spec.bootstrap, topic, spec.partitions)
     try:
         # The consumer's last checkpoint is the log start; everything produced after it is the lag.
@@ -181,6 +183,7 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             spec.pattern,
         ]
         restart = time.time()
+        setup_s = time.monotonic() - setup
         with _store_url_in_environment(spec.store_url if spec.mode == "fastrecover" else None):
             worker = EventProcess("fastrecover.bench.worker", args, log_file, stdin=True)
         live = SteadyProducer(spec.bootstrap, topic, spec.live_rate, value_size=VALUE_SIZE, partitions=spec.partitions)
@@ -193,10 +196,14 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             live_total = sum(log_ends(spec.bootstrap, topic, spec.partitions).values()) - lag
             worker.tell(f"live {live_total}")
             drained = _wait_event(worker, "drained", spec.timeout_s, log_file)
+            _wait_event(worker, "stats", 30, log_file)
         finally:
             if not stopped:
                 live.stop()
-            worker.kill(signal.SIGTERM, timeout=60)
+            teardown = time.monotonic()
+            # The worker has reported everything: a graceful close only costs matrix time (it may wait
+            # on thousands of in-flight commits), so it gets a few seconds, then SIGKILL.
+            worker.kill(signal.SIGTERM, timeout=KILL_GRACE_S)
         ev = {
             name: worker.event(name) for name in ("started", "subscribed", "joined", "assigned", "fresh", "lag_drained")
         }
@@ -210,6 +217,8 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             "lag": lag,
             "live": live_total,
             "produce_records_per_s": round(produce_rate),
+            "setup_s": round(setup_s, 3),
+            "teardown_s": round(time.monotonic() - teardown, 3),
             "started_s": t["started"] - restart,
             "join_s": t["joined"] - restart,
             "recovery_s": t["assigned"] - t["joined"],

@@ -17,7 +17,8 @@ on stdout, with wall-clock ``t``:
 * ``lag_drained``: every lag record was delivered;
 * ``drained``: every lag record and every live record the driver announced
   (``live N`` on stdin once it stopped producing) were delivered;
-* ``stats`` (on exit): peak/base RSS, an RSS time series, the child's largest queue.
+* ``stats`` (once drained, else on exit): peak/base RSS, an RSS time series, the
+  child's largest queue.
 """
 
 from __future__ import annotations
@@ -78,6 +79,20 @@ class _Sampler(threading.Thread):
             if callable(pending):
                 self.max_queue = max(self.max_queue, int(pending()))
             self.stop.wait(self.interval)
+
+
+def _emit_stats(sampler: _Sampler, base_rss: float, lag_seen: int, live_seen: int) -> None:
+    sampler.stop.set()
+    sampler.join(2)
+    _emit(
+        "stats",
+        base_rss_mib=round(base_rss, 1),
+        peak_rss_mib=round(max(sampler.peak, rss_mib()), 1),
+        max_child_queue=sampler.max_queue,
+        lag=lag_seen,
+        live=live_seen,
+        series=sampler.series[:: max(1, len(sampler.series) // 400)],
+    )
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -182,17 +197,9 @@ def run(argv: list[str] | None = None) -> int:
         if lag_done and not drained and live_expected and live_seen >= live_expected[-1]:
             drained = True
             _emit("drained", lag=lag_seen, live=live_seen)
-    sampler.stop.set()
-    sampler.join(2)
-    _emit(
-        "stats",
-        base_rss_mib=round(base_rss, 1),
-        peak_rss_mib=round(max(sampler.peak, rss_mib()), 1),
-        max_child_queue=sampler.max_queue,
-        lag=lag_seen,
-        live=live_seen,
-        series=sampler.series[:: max(1, len(sampler.series) // 400)],
-    )
+            _emit_stats(sampler, base_rss, lag_seen, live_seen)
+    if not drained:
+        _emit_stats(sampler, base_rss, lag_seen, live_seen)
     consumer.close()
     _emit("closed")
     return 0
