@@ -498,7 +498,7 @@ def format_report(result: Mapping[str, Any]) -> str:
     restart = result.get("restart") or {}
     if restart.get("patterns"):
         parts.append(
-            "#### Restart → drained, per commit pattern (SIGKILLed consumer's lag, then live records)\n\n"
+            "#### Restart → drained, per commit pattern (lag behind the last commit, then live records)\n\n"
             + restart_table(restart)
         )
         if (restart.get("patterns") or {}).get("auto"):

@@ -40,7 +40,7 @@ PARTITIONS = 6
 VALUE_SIZE = 100
 LIVE_RATE = 1000  # live records/s produced from the restart on
 RUN_TIMEOUT_S = 900.0
-KILL_GRACE_S = 5.0
+KILL_GRACE_S = 1.0
 
 #: A high-throughput producer for building the lag before the restart.
 FAST_PRODUCER = {
