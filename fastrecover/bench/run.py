@@ -373,6 +373,7 @@ def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[
     create_topic(bootstrap, topic, scenarios.PARTITIONS)
     store_url = _store_url(workdir, "steady")
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {f"{a}/{p}": {m: [] for m in MODES} for a, p in cells}
+    wlog = open(workdir / "steady.log", "a")  # noqa: SIM115 - closed in the finally below
     try:
         total = max(size.values(), default=0)
         rate = scenarios.produce_fast(bootstrap, topic, total)
@@ -383,7 +384,10 @@ def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[
                 for mode in _mode_order(rep, index):
                     res: dict[str, Any]
                     try:
-                        res = scenarios.steady_once(bootstrap, topic, mode, api, pattern, size[pattern], store_url)
+                        timeout = run_timeout(pattern, size[pattern], opts.sizes.min_timeout_s)
+                        res = scenarios.steady_run(
+                            bootstrap, topic, mode, api, pattern, size[pattern], store_url, timeout, wlog
+                        )
                     except Exception as exc:  # recorded as a failed cell; the rest of the matrix still runs
                         _say(f"steady {key} {mode} FAILED: {type(exc).__name__}: {exc}")
                         res = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
@@ -393,6 +397,7 @@ def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[
                     + ", ".join(_steady_line(m, raw[key][m][-1]) for m in MODES)
                 )
     finally:
+        wlog.close()
         delete_topic(bootstrap, topic)
     out_cells: dict[str, Any] = {}
     for api, pattern in cells:

@@ -27,7 +27,6 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import Producer, TopicPartition
 
-from fastrecover.bench.patterns import BATCH, consumer_config, hooks
 from fastrecover.ranges import RangeProgress
 from fastrecover.store import ProgressUpdate, open_store
 from fastrecover.testing.broker import create_topic, delete_topic
@@ -244,85 +243,35 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
 # -- steady state -----------------------------------------------------------------------------------
 
 
-def make_steady_consumer(mode: str, pattern: str, bootstrap: str, store_url: str) -> Any:
-    """A consumer in a new group (nothing committed: with the mode on, no range opens)."""
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": f"bench-steady-{uuid.uuid4().hex[:8]}",
-        "auto.offset.reset": "earliest",
-        **consumer_config(pattern),
-    }
-    if mode == "plain":
-        return RawConsumer(conf)
-    from fastrecover import Consumer
-
-    return Consumer({**conf, "enable.parallel.rebalance": True, "fastrecover.store.url": store_url})
-
-
-def steady_once(
-    bootstrap: str, topic: str, mode: str, api: str, pattern: str, records: int, store_url: str
+def steady_run(
+    bootstrap: str,
+    topic: str,
+    mode: str,
+    api: str,
+    pattern: str,
+    records: int,
+    store_url: str,
+    timeout_s: float,
+    log_file: TextIO,
 ) -> dict[str, float]:
-    """Read ``records`` records of a pre-filled topic; the clocks start at the first record (join excluded).
+    """One steady-state run in its own process (``python -m fastrecover.bench.steady``).
 
-    The loop is what every application does at least: check error(), read
-    value(), then commit as ``pattern`` says.  Measured: wall clock, the CPU
-    time of this (the caller's) thread, which other load on the machine barely
-    moves, and the CPU of the whole process (librdkafka's threads included).
+    A process per run: no run inherits another's librdkafka threads or heap,
+    and the process exits without ``close()``, which waits for every commit
+    still in flight (minutes, after a million async commits on a busy broker)
+    and measures nothing.
     """
-    consumer = make_steady_consumer(mode, pattern, bootstrap, store_url)
+    args = ["--bootstrap", bootstrap, "--topic", topic, "--mode", mode, "--api", api, "--pattern", pattern]
+    args += ["--records", str(records), "--timeout", str(timeout_s)]
+    with _store_url_in_environment(store_url if mode == "fastrecover" else None):
+        worker = EventProcess("fastrecover.bench.steady", args, log_file)
     try:
-        on_message, on_batch = hooks(consumer, pattern)
-        consumer.subscribe([topic])
-        got = 0
-        deadline = time.monotonic() + 60
-        while got == 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"steady {mode}/{api}/{pattern}: no record within 60 s")
-            batch = consumer.consume(BATCH, 0.5)
-            for msg in batch:
-                if msg.error() is None:
-                    msg.value()
-                    if on_message is not None:
-                        on_message(msg)
-                    got += 1
-            if batch and on_batch is not None:
-                on_batch()
-        first = got
-        wall0, cpu0, proc0 = time.perf_counter(), time.thread_time(), time.process_time()
-        if api == "poll":
-            poll = consumer.poll
-            while got < records:
-                msg = poll(1.0)
-                if msg is None or msg.error() is not None:
-                    continue
-                msg.value()
-                if on_message is not None:
-                    on_message(msg)
-                got += 1
-        else:
-            consume = consumer.consume
-            while got < records:
-                batch = consume(BATCH, 1.0)
-                for msg in batch:
-                    if msg.error() is not None:
-                        continue
-                    msg.value()
-                    if on_message is not None:
-                        on_message(msg)
-                    got += 1
-                if batch and on_batch is not None:
-                    on_batch()
-        wall = time.perf_counter() - wall0
-        cpu, proc = time.thread_time() - cpu0, time.process_time() - proc0
+        event = _wait_event(worker, "result", timeout_s + 90, log_file)
     finally:
-        consumer.close()
-    measured = got - first
-    return {
-        "records_per_s": measured / wall,
-        "cpu_us_per_record": cpu / measured * 1e6,
-        "process_cpu_us_per_record": proc / measured * 1e6,
-        "records": measured,
-    }
+        worker.kill(signal.SIGKILL, timeout=30)
+    if "error" in event:
+        raise RuntimeError(str(event["error"]))
+    return {k: float(event[k]) for k in ("records_per_s", "cpu_us_per_record", "process_cpu_us_per_record", "records")}
 
 
 # -- store ------------------------------------------------------------------------------------------
