@@ -467,6 +467,9 @@ def failed_cells(result: Mapping[str, Any]) -> list[str]:
             if errors:
                 first = str(errors[0]).strip().splitlines()
                 out.append(f"{name} {mode}: {len(errors)} failed, first: {first[-1] if first else '?'}")
+        for mode, count in (cell.get("rebalanced") or {}).items():
+            if count:
+                out.append(f"{name} {mode}: {count} run(s) rebalanced mid-run (records redelivered; figures suspect)")
     return out
 
 
@@ -518,7 +521,9 @@ def format_report(result: Mapping[str, Any]) -> str:
         parts.append("#### Goals (fastrecover / plain, same run)\n\n" + goals_table(result["goals"]))
     failed = failed_cells(result)
     if failed:
-        parts.append("Failed runs (their cells miss their goals):\n\n" + "\n".join(f"- {f}" for f in failed))
+        parts.append(
+            "Failed or disturbed runs (a failed run misses its cell's goal):\n\n" + "\n".join(f"- {f}" for f in failed)
+        )
     noisy = result.get("noisy")
     if noisy:
         parts.append(

@@ -231,6 +231,7 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             "peak_rss_mib": stats.get("peak_rss_mib"),
             "growth_mib": (stats["peak_rss_mib"] - stats["base_rss_mib"]) if "peak_rss_mib" in stats else None,
             "max_child_queue": stats.get("max_child_queue") if spec.mode == "fastrecover" else None,
+            "assignments": stats.get("assignments"),
             "rss_series": stats.get("series", []),
         }
     finally:

@@ -81,7 +81,7 @@ class _Sampler(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def _emit_stats(sampler: _Sampler, base_rss: float, lag_seen: int, live_seen: int) -> None:
+def _emit_stats(sampler: _Sampler, base_rss: float, lag_seen: int, live_seen: int, assignments: int) -> None:
     sampler.stop.set()
     sampler.join(2)
     _emit(
@@ -91,6 +91,7 @@ def _emit_stats(sampler: _Sampler, base_rss: float, lag_seen: int, live_seen: in
         max_child_queue=sampler.max_queue,
         lag=lag_seen,
         live=live_seen,
+        assignments=assignments,
         series=sampler.series[:: max(1, len(sampler.series) // 400)],
     )
 
@@ -119,8 +120,8 @@ def run(argv: list[str] | None = None) -> int:
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 1000,
+        # librdkafka's default session (45 s): per-message async commits can hold heartbeats back for
+        # seconds behind thousands of OffsetCommit requests, and a lost session would rebalance mid-run.
         **consumer_config(args.pattern),
     }
     consumer: Any
@@ -161,7 +162,10 @@ def run(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
 
+    assignments: list[int] = []  # more than one: the run rebalanced (and may count redelivered records)
+
     def on_assign(_c: Any, partitions: list[Any]) -> None:
+        assignments.append(len(partitions))
         if args.mode == "plain" or not hooked:
             _emit("joined", partitions=len(partitions))
         _emit("assigned", partitions=[[tp.partition, tp.offset] for tp in partitions])
@@ -197,9 +201,9 @@ def run(argv: list[str] | None = None) -> int:
         if lag_done and not drained and live_expected and live_seen >= live_expected[-1]:
             drained = True
             _emit("drained", lag=lag_seen, live=live_seen)
-            _emit_stats(sampler, base_rss, lag_seen, live_seen)
+            _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))
     if not drained:
-        _emit_stats(sampler, base_rss, lag_seen, live_seen)
+        _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))
     consumer.close()
     _emit("closed")
     return 0

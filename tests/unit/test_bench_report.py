@@ -214,7 +214,7 @@ def test_goal_thresholds_are_inclusive_and_failures_miss_the_goal() -> None:
     ]
     table = goals_table([g.to_dict() for g in evaluate_goals(result)])
     assert "**no** (1 failed run)" in table
-    assert "Failed runs" in format_report({**result, "goals": [g.to_dict() for g in evaluate_goals(result)]})
+    assert "Failed or disturbed runs" in format_report({**result, "goals": [g.to_dict() for g in evaluate_goals(result)]})
 
 
 def test_ttf_goal_uses_largest_over_smallest_lag() -> None:
@@ -265,3 +265,11 @@ def test_percentile_and_stat_handle_single_values() -> None:
     assert _percentile([5.0], 99) == 5.0
     assert _percentile([1.0, 2.0, 3.0, 4.0], 50) in (2.0, 3.0)
     assert math.isnan(_percentile([], 50))
+
+
+def test_rebalanced_runs_are_listed() -> None:
+    result = _result()
+    result["restart"]["patterns"]["auto"]["100000"]["rebalanced"] = {"plain": 0, "fastrecover": 2}
+    assert failed_cells(result) == [
+        "restart auto lag 100,000 fastrecover: 2 run(s) rebalanced mid-run (records redelivered; figures suspect)"
+    ]
