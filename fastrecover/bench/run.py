@@ -56,6 +56,7 @@ class Sizes:
     sync_live_rate: int  # live records/s while a per-message sync consumer drains (~150-200/s here)
     work_lag: int
     steady_records: int
+    steady_commit_records: int  # msg-async: a broker commit request per record (~20-50k records/s)
     steady_sync_records: int
     steady_repeats: int
     store_commits: int
@@ -68,7 +69,8 @@ FULL = Sizes(
     sync_lags=[500, 2_000],
     sync_live_rate=20,
     work_lag=200_000,
-    steady_records=1_000_000,
+    steady_records=500_000,
+    steady_commit_records=200_000,
     steady_sync_records=1_000,
     steady_repeats=5,
     store_commits=2_000,
@@ -81,6 +83,7 @@ QUICK = Sizes(
     sync_live_rate=20,
     work_lag=5_000,
     steady_records=20_000,
+    steady_commit_records=10_000,
     steady_sync_records=200,
     steady_repeats=2,
     store_commits=200,
@@ -353,6 +356,15 @@ def run_work(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[st
     return out, runs
 
 
+def steady_size(sizes: Sizes, pattern: str) -> int:
+    """Records per steady run: fewer where each record costs a commit request (async) or round trip (sync)."""
+    if PATTERNS[pattern].kind == "sync-message":
+        return sizes.steady_sync_records
+    if pattern == "msg-async":
+        return sizes.steady_commit_records
+    return sizes.steady_records
+
+
 def _steady_line(mode: str, run: Mapping[str, Any]) -> str:
     if "error" in run:
         return f"{mode} FAILED"
@@ -365,10 +377,7 @@ STEADY_METRICS = ("cpu_us_per_record", "process_cpu_us_per_record", "records_per
 def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every steady cell, ``steady_repeats`` times, ABAB; one pre-filled topic read by a new group each run."""
     cells = [(api, p) for api, p in STEADY_CELLS if p in opts.patterns]
-    size = {
-        p: opts.sizes.steady_sync_records if PATTERNS[p].kind == "sync-message" else opts.sizes.steady_records
-        for _a, p in cells
-    }
+    size = {p: steady_size(opts.sizes, p) for _a, p in cells}
     topic = f"bench-steady-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, scenarios.PARTITIONS)
     store_url = _store_url(workdir, "steady")
