@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fastrecover.bench import scenarios
-from fastrecover.bench.patterns import PATTERNS, STEADY_CELLS
+from fastrecover.bench.patterns import BATCH, PATTERNS, STEADY_CELLS
 from fastrecover.bench.redact import scrub
 from fastrecover.bench.report import (
     MODES,
@@ -384,7 +384,9 @@ def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {f"{a}/{p}": {m: [] for m in MODES} for a, p in cells}
     wlog = open(workdir / "steady.log", "a")  # noqa: SIM115 - closed in the finally below
     try:
-        total = max(size.values(), default=0)
+        # More records than any run reads: a consume(500, 1.0) that meets the end of the topic would wait out its
+        # timeout (a second added to a run of about a second), so no run may read up to the end.
+        total = max(size.values(), default=0) * 11 // 10 + 10 * BATCH * scenarios.PARTITIONS
         rate = scenarios.produce_fast(bootstrap, topic, total)
         _say(f"steady: {total:,} records produced ({rate:,.0f}/s)")
         for rep in range(opts.sizes.steady_repeats):
