@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fastrecover.bench.report import MODES, Stat, lag_items
+from fastrecover.bench.report import MODES, Stat, failures, lag_items
 
 _COLORS = {"plain": "#c0392b", "fastrecover": "#2471a3"}
 
@@ -28,9 +28,15 @@ def _errorbar(ax: Any, xs: list[float], stats: list[Stat], **kwargs: Any) -> Non
 
 
 def _bars(
-    ax: Any, labels: list[str], stats: list[Stat], goals: list[tuple[float, str]], ylabel: str, title: str
+    ax: Any,
+    labels: list[str],
+    stats: list[Stat],
+    goals: list[tuple[float, str]],
+    ylabel: str,
+    title: str,
+    failed: list[int] | None = None,
 ) -> None:
-    """Medians as bars with min-max whiskers, and dotted goal lines."""
+    """Medians as bars with min-max whiskers, dotted goal lines, and "failed" over cells with failed runs."""
     meds = [s.median or 0.0 for s in stats]
     los = [(s.median or 0.0) - (s.low if s.low is not None else s.median or 0.0) for s in stats]
     his = [(s.high if s.high is not None else s.median or 0.0) - (s.median or 0.0) for s in stats]
@@ -39,6 +45,9 @@ def _bars(
     ax.axhline(1.0, color="black", linewidth=0.8)
     for value, label in goals:
         ax.axhline(value, color="#c0392b", linestyle=":", label=label)
+    for i, count in enumerate(failed or []):
+        if count:
+            ax.text(i, 0.02, f"{count} failed", rotation=90, ha="center", va="bottom", fontsize=7, color="#c0392b")
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=60, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -61,15 +70,17 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
     fig, axes = plt.subplots(2, 2, figsize=(14, 10))
     (a_drain, a_ttf), (a_steady, a_mem) = axes
 
-    labels, stats = [], []
+    labels, stats, failed = [], [], []
     for pattern, lags in patterns.items():
         for lag, per in lag_items(lags):
             if per.get("role", "drain") == "drain":
                 labels.append(f"{pattern} {int(lag):,}")
                 stats.append(_stat(per, "ratio_records_per_s"))
+                failed.append(failures(per))
     if work:
         labels.append(f"{work.get('pattern')} {int(work.get('lag', 0)):,} +{work.get('work_us')} µs")
         stats.append(_stat(work, "ratio_records_per_s"))
+        failed.append(failures(work))
     if labels:
         _bars(
             a_drain,
@@ -78,6 +89,7 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
             [(0.95, "goal async 0.95"), (0.5, "goal per-message sync 0.5")],
             "fastrecover ÷ plain records/s (paired)",
             "Restart → drained per commit pattern and lag (red bar: repeats spread > 10 %)",
+            failed,
         )
     else:
         a_drain.set_visible(False)
@@ -112,6 +124,7 @@ def plot(result: Mapping[str, Any], path: Path) -> Path | None:
             [(0.95, "goal 0.95 (poll, consume auto)")],
             "plain CPU ÷ fastrecover CPU per record",
             "Steady state, mode on, no open range: caller-thread CPU (paired)",
+            [failures(per) for per in steady.values()],
         )
     else:
         a_steady.set_visible(False)
