@@ -72,7 +72,7 @@ FULL = Sizes(
     steady_records=500_000,
     steady_commit_records=200_000,
     steady_sync_records=1_000,
-    steady_repeats=5,
+    steady_repeats=3,
     store_commits=2_000,
     min_timeout_s=60.0,
 )
