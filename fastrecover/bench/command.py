@@ -95,6 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"per-message commits per store run (default {FULL.store_commits}; batched runs do a quarter)",
     )
     parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="profile every consumer process (cProfile, DIR/<run>-<pid>.prof) to find where the time goes; "
+        "a profiled run's figures are distorted: use another --out",
+    )
+    parser.add_argument(
         "--spark",
         action="store_true",
         help="also run the Spark source benchmark (fastrecover.spark.bench; slow, needs pyspark)",
@@ -127,6 +134,8 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
         raise ConfigError(f"--repeats must be at least 1, got {repeats}")
     if args.work_us < 0:
         raise ConfigError(f"--work-us must be 0 or more, got {args.work_us}")
+    if args.profile is not None and (args.doc or args.out == Path("docs/benchmarks")):
+        raise ConfigError("--profile distorts the figures: give it --doc '' and an --out of its own")
     base = QUICK if args.quick else FULL
     overrides = {
         "lags": args.lags,
@@ -151,6 +160,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
         pg_url=args.pg_url,
         doc=Path(args.doc) if args.doc else None,
         spark=args.spark,
+        profile=args.profile,
         command=shlex.join(mask_command(words)),
         secrets=secrets,
     )

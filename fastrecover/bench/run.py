@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from fastrecover.bench import scenarios
 from fastrecover.bench.patterns import BATCH, PATTERNS, STEADY_CELLS
+from fastrecover.bench.profiling import PROFILE_ENV
 from fastrecover.bench.redact import scrub
 from fastrecover.bench.report import (
     MODES,
@@ -104,6 +105,7 @@ class BenchOptions:
     pg_url: str | None = None
     doc: Path | None = Path("docs/benchmarks.md")
     spark: bool = False
+    profile: Path | None = None  # cProfile every consumer process into this directory
     command: str = ""  # already masked
     secrets: list[str] = field(default_factory=list)  # scrubbed from everything printed or written
 
@@ -567,6 +569,9 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown scenario(s) {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
     result: dict[str, Any] = {"schema": SCHEMA, "command": scrub(opts.command, opts.secrets), "started": _now()}
+    if opts.profile is not None:  # inherited by every worker process
+        os.environ[PROFILE_ENV] = str(opts.profile.resolve())
+        _say(f"profiling every consumer process into {opts.profile}: these figures are distorted")
     began = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="fastrecover-bench-") as tmp,
@@ -586,6 +591,7 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
             "restart_store": "sqlite (a new file in a temp dir per run)",
             "workdir_filesystem": scenarios.workdir_filesystem(workdir),
             "fast_producer": scenarios.FAST_PRODUCER,
+            "profiled": opts.profile is not None,
         }
         raw: dict[str, Any] = {}
         if "restart" in opts.only:

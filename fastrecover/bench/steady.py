@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer as RawConsumer
 
+from fastrecover.bench import profiling
 from fastrecover.bench.patterns import BATCH, PATTERNS, consumer_config, hooks
 from fastrecover.bench.worker import STORE_URL_ENV
 
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     watchdog.daemon = True
     watchdog.start()
     event: dict[str, Any]
+    profiler = profiling.start()
     try:
         result = steady_once(
             args.bootstrap,
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         event = {"event": "result", **result}
     except Exception as exc:  # reported to the driver, which records the run as failed
         event = {"event": "result", "error": f"{type(exc).__name__}: {exc}"}
+    profiling.save(profiler, f"steady-{args.mode}-{args.api}-{args.pattern}")
     _report_and_exit(event)
 
 

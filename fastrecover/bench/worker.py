@@ -35,6 +35,7 @@ from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
 
+from fastrecover.bench import profiling
 from fastrecover.bench.patterns import PATTERNS, busy, consumer_config, hooks
 
 #: The store URL comes in the environment, never in argv (``ps`` shows argv; a URL may hold a password).
@@ -171,6 +172,7 @@ def run(argv: list[str] | None = None) -> int:
         _emit("assigned", partitions=[[tp.partition, tp.offset] for tp in partitions])
 
     on_message, on_batch = hooks(consumer, args.pattern)
+    profiler = profiling.start()
     _emit("subscribed")
     consumer.subscribe([args.topic], on_assign=on_assign)
     lag_seen = live_seen = 0
@@ -201,6 +203,7 @@ def run(argv: list[str] | None = None) -> int:
         if lag_done and not drained and live_expected and live_seen >= live_expected[-1]:
             drained = True
             _emit("drained", lag=lag_seen, live=live_seen)
+            profiling.save(profiler, f"restart-{args.mode}-{args.pattern}-w{args.work_us}")
             _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))
     if not drained:
         _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))

@@ -32,6 +32,11 @@ def test_defaults_are_the_full_matrix() -> None:
     assert len(cells) == 13
 
 
+def test_profile_needs_its_own_outputs() -> None:
+    opts = _options("--quick", "--profile", "/tmp/p", "--out", "/tmp/o", "--doc", "")
+    assert opts.profile is not None and opts.doc is None
+
+
 def test_quick_and_overrides() -> None:
     opts = _options("--quick", "--lags", "1000,2000", "--patterns", "auto,msg-sync")
     assert opts.repeats == 2 and opts.sizes.steady_records == QUICK.steady_records
@@ -46,6 +51,7 @@ def test_quick_and_overrides() -> None:
         (["--only", "restart,bogus"], "bogus"),
         (["--repeats", "0"], "--repeats"),
         (["--work-us", "-1"], "--work-us"),
+        (["--profile", "/tmp/p"], "--profile"),
     ],
 )
 def test_bad_arguments_name_the_culprit(argv: list[str], needle: str) -> None:

@@ -214,7 +214,8 @@ def test_goal_thresholds_are_inclusive_and_failures_miss_the_goal() -> None:
     ]
     table = goals_table([g.to_dict() for g in evaluate_goals(result)])
     assert "**no** (1 failed run)" in table
-    assert "Failed or disturbed runs" in format_report({**result, "goals": [g.to_dict() for g in evaluate_goals(result)]})
+    goals = [g.to_dict() for g in evaluate_goals(result)]
+    assert "Failed or disturbed runs" in format_report({**result, "goals": goals})
 
 
 def test_ttf_goal_uses_largest_over_smallest_lag() -> None:
