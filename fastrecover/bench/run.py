@@ -223,18 +223,19 @@ def _mode_order(rep: int, index: int) -> tuple[str, str]:
 
 
 #: A restart run that drains slower than this (records/s) is cut off and recorded as failed: it misses its
-#: goal by far (plain drains at 100k+/s, or ~1k/s with a sync commit per record), and the matrix must
+#: goal by far (plain drains at 100k+/s, or ~150-200/s with a sync commit per record), and the matrix must
 #: finish in bounded time whatever the code under test does.
 MIN_RATE = {"async": 10_000, "sync-batch": 10_000, "sync-message": 50}
 
 
 def run_timeout(pattern: str, lag: int, min_timeout_s: float) -> float:
+    """Seconds a run of ``lag`` records gets (for each of its waits) before it counts as failed."""
     return min_timeout_s + lag / MIN_RATE[PATTERNS[pattern].kind]
 
 
 def _restart_spec(
     bootstrap: str, opts: BenchOptions, pattern: str, lag: int, mode: str, store_url: str, work_us: int = 0
-) -> Any:
+) -> scenarios.RestartSpec:
     sync = PATTERNS[pattern].kind == "sync-message"
     live = opts.sizes.sync_live_rate if sync else scenarios.LIVE_RATE
     timeout = run_timeout(pattern, lag, opts.sizes.min_timeout_s) + lag * work_us / 1e6
@@ -243,7 +244,7 @@ def _restart_spec(
     )
 
 
-def _one_restart(spec: Any, wlog: TextIO, what: str) -> dict[str, Any]:
+def _one_restart(spec: scenarios.RestartSpec, wlog: TextIO, what: str) -> dict[str, Any]:
     """One restart run; a failure (worker error, timeout) is recorded in the results, not raised."""
     try:
         run = scenarios.restart_run(spec, wlog)
@@ -309,6 +310,11 @@ def summarize_pair(plain: Sequence[Mapping[str, Any]], fast: Sequence[Mapping[st
         "ratio_drain_s": paired_ratios([r.get("drain_s") for r in fast], [r.get("drain_s") for r in plain]).to_dict(),
         "errors": {
             mode: [r["error"] for r in runs if "error" in r] for mode, runs in zip(MODES, (plain, fast), strict=True)
+        },
+        # runs whose consumer was assigned partitions more than once: a rebalance mid-run, records redelivered
+        "rebalanced": {
+            mode: sum(1 for r in runs if (r.get("assignments") or 0) > 1)
+            for mode, runs in zip(MODES, (plain, fast), strict=True)
         },
     }
 

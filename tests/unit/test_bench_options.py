@@ -124,3 +124,15 @@ def test_batch_commit_with_nothing_to_commit_is_no_error() -> None:
         assert on_batch is not None
         with pytest.raises(KafkaException):
             on_batch()
+
+
+def test_summarize_pair_pairs_repeats_and_keeps_failures() -> None:
+    from fastrecover.bench.run import summarize_pair
+
+    plain = [{"records_per_s": 100.0, "drain_s": 10.0, "assignments": 1}, {"records_per_s": 200.0, "drain_s": 5.0}]
+    fast = [{"error": "TimeoutError: x"}, {"records_per_s": 190.0, "drain_s": 5.5, "assignments": 2}]
+    cell = summarize_pair(plain, fast)
+    assert cell["ratio_records_per_s"]["values"] == [0.95]  # repeat 1 failed: only repeat 2 pairs
+    assert cell["errors"] == {"plain": [], "fastrecover": ["TimeoutError: x"]}
+    assert cell["rebalanced"] == {"plain": 0, "fastrecover": 1}
+    assert cell["plain"]["records_per_s"]["median"] == 150.0
