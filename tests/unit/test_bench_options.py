@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
@@ -129,8 +130,14 @@ def test_batch_commit_with_nothing_to_commit_is_no_error() -> None:
 def test_summarize_pair_pairs_repeats_and_keeps_failures() -> None:
     from fastrecover.bench.run import summarize_pair
 
-    plain = [{"records_per_s": 100.0, "drain_s": 10.0, "assignments": 1}, {"records_per_s": 200.0, "drain_s": 5.0}]
-    fast = [{"error": "TimeoutError: x"}, {"records_per_s": 190.0, "drain_s": 5.5, "assignments": 2}]
+    plain: list[dict[str, Any]] = [
+        {"records_per_s": 100.0, "drain_s": 10.0, "assignments": 1},
+        {"records_per_s": 200.0, "drain_s": 5.0},
+    ]
+    fast: list[dict[str, Any]] = [
+        {"error": "TimeoutError: x"},
+        {"records_per_s": 190.0, "drain_s": 5.5, "assignments": 2},
+    ]
     cell = summarize_pair(plain, fast)
     assert cell["ratio_records_per_s"]["values"] == [0.95]  # repeat 1 failed: only repeat 2 pairs
     assert cell["errors"] == {"plain": [], "fastrecover": ["TimeoutError: x"]}
