@@ -23,8 +23,16 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _positive(text: str) -> int:
+    values = _ints(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
+    return values[0]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fastrecover.bench.run import SCENARIOS
+    from fastrecover.bench.patterns import PATTERNS
+    from fastrecover.bench.run import FULL, QUICK, SCENARIOS
 
     parser.add_argument(
         "--bootstrap-servers",
@@ -32,14 +40,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "container when Docker answers, else a local Apache Kafka from Maven Central jars)",
     )
     parser.add_argument(
-        "--lags",
-        type=_ints,
-        default=[10_000, 100_000, 1_000_000],
-        help="lags in records for time-to-fresh and drain (default 10000,100000,1000000)",
+        "--quick",
+        action="store_true",
+        help=f"smoke-run sizes (lags {QUICK.lags}, {QUICK.steady_records:,} steady records, 2 repeats): "
+        "checks the harness in a few minutes; its ratios mean nothing",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="runs per figure (median, min, max); default 3")
+    parser.add_argument(
+        "--repeats", type=int, help="runs per restart figure, plain and fastrecover interleaved (default 3; --quick 2)"
+    )
     parser.add_argument(
         "--only", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)} (default: all)"
+    )
+    parser.add_argument(
+        "--patterns",
+        default=",".join(PATTERNS),
+        help=f"comma-separated commit patterns of the matrix, of {','.join(PATTERNS)} (default: all)",
+    )
+    parser.add_argument("--lags", type=_ints, help=f"restart lags of every pattern but msg-sync (default {FULL.lags})")
+    parser.add_argument(
+        "--ttf-lag",
+        type=_positive,
+        help=f"the small lag of the time-to-fresh goal, auto-commit only (default {FULL.ttf_lag})",
+    )
+    parser.add_argument("--sync-lags", type=_ints, help=f"restart lags of msg-sync (default {FULL.sync_lags})")
+    parser.add_argument("--work-us", type=int, default=20, help="CPU work per record of the work run (default 20 µs)")
+    parser.add_argument("--work-lag", type=_positive, help=f"lag of the work run (default {FULL.work_lag})")
+    parser.add_argument(
+        "--steady-records", type=_positive, help=f"records per steady-state run (default {FULL.steady_records})"
+    )
+    parser.add_argument(
+        "--steady-repeats", type=_positive, help=f"repeats of every steady-state cell (default {FULL.steady_repeats})"
     )
     parser.add_argument(
         "--out",
@@ -56,25 +86,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pg-url",
         default=os.environ.get(PG_URL_ENV),
         help=f"PostgreSQL server for the store benchmark; a throwaway database is created "
-        f"there and dropped (default ${PG_URL_ENV}; without it PostgreSQL is skipped)",
-    )
-    parser.add_argument(
-        "--memory-lag", type=int, default=1_000_000, help="lag backfilled in the memory scenario (default 1000000)"
-    )
-    parser.add_argument(
-        "--steady-records", type=int, default=500_000, help="records read per steady-state run (default 500000)"
-    )
-    parser.add_argument(
-        "--steady-repeats",
-        type=int,
-        default=5,
-        help="repeats of the steady-state scenario, which is short and noisy (default 5)",
+        f"there and dropped (default ${PG_URL_ENV}; without it PostgreSQL is skipped). "
+        "Its password is never printed or written",
     )
     parser.add_argument(
         "--store-commits",
-        type=int,
-        default=2000,
-        help="per-message commits per store run (default 2000; batched runs do a quarter)",
+        type=_positive,
+        help=f"per-message commits per store run (default {FULL.store_commits}; batched runs do a quarter)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="profile every consumer process (cProfile, DIR/<run>-<pid>.prof) to find where the time goes; "
+        "a profiled run's figures are distorted: use another --out",
     )
     parser.add_argument(
         "--spark",
@@ -83,33 +108,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> object:
-    from fastrecover.bench.run import SCENARIOS, BenchOptions
+def _csv(text: str) -> list[str]:
+    return [s.strip() for s in str(text).split(",") if s.strip()]
 
-    only = {s.strip() for s in str(args.only).split(",") if s.strip()}
+
+def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> object:
+    from fastrecover.bench.patterns import PATTERNS
+    from fastrecover.bench.redact import mask_command, url_secrets
+    from fastrecover.bench.run import FULL, QUICK, SCENARIOS, BenchOptions, Sizes
+
+    only = set(_csv(args.only))
     unknown = only - set(SCENARIOS)
     if unknown:
         raise ConfigError(
             f"--only: unknown scenario(s) {', '.join(sorted(unknown))}; choose from {', '.join(SCENARIOS)}"
         )
-    if args.repeats < 1 or args.steady_repeats < 1:
-        raise ConfigError("--repeats and --steady-repeats must be at least 1")
+    patterns = _csv(args.patterns)
+    bad = [p for p in patterns if p not in PATTERNS]
+    if bad or not patterns:
+        raise ConfigError(
+            f"--patterns: unknown pattern(s) {', '.join(bad) or '(none)'}; choose from {', '.join(PATTERNS)}"
+        )
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 3)
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1, got {repeats}")
+    if args.work_us < 0:
+        raise ConfigError(f"--work-us must be 0 or more, got {args.work_us}")
+    if args.profile is not None and (args.doc or args.out == Path("docs/benchmarks")):
+        raise ConfigError("--profile distorts the figures: give it --doc '' and an --out of its own")
+    base = QUICK if args.quick else FULL
+    overrides = {
+        "lags": args.lags,
+        "ttf_lag": args.ttf_lag,
+        "sync_lags": args.sync_lags,
+        "work_lag": args.work_lag,
+        "steady_records": args.steady_records,
+        "steady_repeats": args.steady_repeats,
+        "store_commits": args.store_commits,
+    }
+    sizes = Sizes(**{**vars(base), **{k: v for k, v in overrides.items() if v is not None}})
     words = ["fastrecover", *(sys.argv[1:] if argv is None else argv)]
+    secrets = url_secrets(args.pg_url) if args.pg_url else []
     return BenchOptions(
         bootstrap=args.bootstrap_servers,
-        lags=list(args.lags),
-        repeats=args.repeats,
+        sizes=sizes,
+        repeats=repeats,
         only=only,
+        patterns=patterns,
+        work_us=args.work_us,
         out=args.out,
         pg_url=args.pg_url,
         doc=Path(args.doc) if args.doc else None,
         spark=args.spark,
-        memory_lag=args.memory_lag,
-        steady_records=args.steady_records,
-        steady_repeats=args.steady_repeats,
-        store_commits=args.store_commits,
-        store_batches=max(1, args.store_commits // 4),
-        command=shlex.join(words),
+        profile=args.profile,
+        command=shlex.join(mask_command(words)),
+        secrets=secrets,
     )
 
 

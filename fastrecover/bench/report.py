@@ -1,4 +1,4 @@
-"""Pure parts of the benchmark report: statistics over repeats and the Markdown tables.
+"""Pure parts of the benchmark report: statistics over repeats, the goals of issue 9, the Markdown tables.
 
 Every figure is a :class:`Stat`: the median of the repeats with their min and
 max (and the raw values, kept in the JSON).  Nothing here does I/O except
@@ -15,6 +15,10 @@ from typing import Any
 
 TABLE_START = "<!-- bench-table:start -->"
 TABLE_END = "<!-- bench-table:end -->"
+
+#: Repeats whose (max - min) / median exceeds this are flagged: the figure cannot tell 0.9x from 1.0x.
+SPREAD_LIMIT = 0.10
+NOISY_MARK = "⚠"
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,20 @@ class Stat:
 
         if self.n == 1:
             return f"{num(self.median)} (n=1)"
-        return f"{num(self.median)} ({num(self.low)}-{num(self.high)})"
+        flag = f" {NOISY_MARK}" if self.noisy() else ""
+        return f"{num(self.median)} ({num(self.low)}-{num(self.high)}){flag}"
+
+    @property
+    def spread(self) -> float | None:
+        """(max - min) / median of the repeats: how far they disagree (None below two runs or at median 0)."""
+        if self.n < 2 or not self.median or self.low is None or self.high is None:
+            return None
+        return (self.high - self.low) / abs(self.median)
+
+    def noisy(self, limit: float = SPREAD_LIMIT) -> bool:
+        """True when the repeats disagree by more than ``limit`` (relative to the median)."""
+        spread = self.spread
+        return spread is not None and spread > limit
 
 
 def ratio(numerator: Stat, denominator: Stat) -> float | None:
@@ -108,111 +125,6 @@ def lag_items(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]
     )
 
 
-def ttf_table(ttf: Mapping[str, Any]) -> str:
-    rows = []
-    for lag, per in lag_items(ttf):
-        plain, fast = per.get("plain", {}), per.get("fastrecover", {})
-        rows.append(
-            [
-                _lag_label(lag),
-                _stat(plain, "replay_s").cell(3),
-                _stat(fast, "replay_s").cell(3),
-                fmt_ratio(ratio(_stat(plain, "replay_s"), _stat(fast, "replay_s")), 1),
-                _stat(plain, "total_s").cell(2),
-                _stat(fast, "total_s").cell(2),
-                fmt_ratio(ratio(_stat(plain, "total_s"), _stat(fast, "total_s")), 1),
-                _stat(plain, "join_s").cell(2),
-                _stat(fast, "join_s").cell(2),
-                _stat(fast, "recovery_s").cell(3),
-            ]
-        )
-    return markdown_table(
-        [
-            "lag (records)",
-            "plain: assigned→fresh (s)",
-            "fastrecover: joined→fresh (s)",
-            "ratio",
-            "plain: restart→fresh (s)",
-            "fastrecover: restart→fresh (s)",
-            "ratio",
-            "plain: restart→joined (s)",
-            "fastrecover: restart→joined (s)",
-            "fastrecover: recovery (s)",
-        ],
-        rows,
-    )
-
-
-def drain_table(drain: Mapping[str, Any]) -> str:
-    rows = []
-    for lag, per in lag_items(drain):
-        plain, fast = per.get("plain", {}), per.get("fastrecover", {})
-        rows.append(
-            [
-                _lag_label(lag),
-                _stat(plain, "drain_s").cell(2),
-                _stat(fast, "drain_s").cell(2),
-                fmt_ratio(ratio(_stat(plain, "drain_s"), _stat(fast, "drain_s")), 2),
-                _stat(plain, "records_per_s").cell(0, thousands=True),
-                _stat(fast, "records_per_s").cell(0, thousands=True),
-                fmt_ratio(ratio(_stat(fast, "records_per_s"), _stat(plain, "records_per_s")), 2),
-            ]
-        )
-    return markdown_table(
-        [
-            "lag (records)",
-            "plain: restart→drained (s)",
-            "fastrecover: restart→drained (s)",
-            "ratio",
-            "plain: records/s",
-            "fastrecover: records/s",
-            "fastrecover / plain",
-        ],
-        rows,
-    )
-
-
-STEADY_VARIANTS = ("raw", "off", "on")
-STEADY_LABELS = {
-    "raw": "confluent_kafka.Consumer",
-    "off": "fastrecover, mode off",
-    "on": "fastrecover, mode on (no open range)",
-}
-
-
-def steady_table(steady: Mapping[str, Any]) -> str:
-    rows = []
-    for api, per in steady.items():
-        if not isinstance(per, Mapping):
-            continue
-        for variant in STEADY_VARIANTS:
-            row = per.get(variant)
-            if not isinstance(row, Mapping):
-                continue
-            rows.append(
-                [
-                    api,
-                    STEADY_LABELS.get(variant, variant),
-                    _stat(row, "records_per_s").cell(0, thousands=True),
-                    _stat(row, "ratio_to_raw").cell(3) if variant != "raw" else "1",
-                    _stat(row, "cpu_us_per_record").cell(3),
-                    _stat(row, "cpu_ratio_to_raw").cell(3) if variant != "raw" else "1",
-                ]
-            )
-    return markdown_table(
-        [
-            "API",
-            "consumer",
-            "records/s",
-            "ratio to raw, wall clock",
-            "caller-thread CPU µs/record",
-            "ratio to raw, CPU",
-        ],
-        rows,
-        align="llrrrr",
-    )
-
-
 def store_table(store: Mapping[str, Any]) -> str:
     rows = []
     for backend, per in store.items():
@@ -262,23 +174,363 @@ def memory_table(memory: Mapping[str, Any]) -> str:
     )
 
 
-def format_report(result: Mapping[str, Any]) -> str:
-    """All sections present in ``result`` as Markdown (headings and tables)."""
-    parts: list[str] = []
-    sections = [
-        ("ttf", "Time to fresh data after a restart", ttf_table),
-        ("drain", "Time to drain the lag and the live records", drain_table),
-        ("steady", "Steady state, no crash (ratio to raw confluent_kafka.Consumer)", steady_table),
-        ("store", "Cost of the range store (backfill commits)", store_table),
-        ("memory", "Memory while backfilling", memory_table),
+# -- the matrix ---------------------------------------------------------------------------------------
+
+MODES = ("plain", "fastrecover")
+PATTERN_LABELS = {
+    "auto": "auto-commit",
+    "msg-async": "commit(message=m, asynchronous=True) per record",
+    "msg-sync": "commit(message=m, asynchronous=False) per record",
+    "batch-async": "commit() async per consume(500)",
+    "batch-sync": "commit(asynchronous=False) per consume(500)",
+    "store": "store_offsets(message=m) + auto-commit",
+}
+ASYNC_PATTERNS = ("auto", "msg-async", "batch-async", "store")
+SYNC_MESSAGE_PATTERNS = ("msg-sync",)
+
+
+def _pattern_label(name: str) -> str:
+    return f"{name}: {PATTERN_LABELS[name]}" if name in PATTERN_LABELS else name
+
+
+def restart_table(restart: Mapping[str, Any]) -> str:
+    """Restart → drained per commit pattern and lag: times, records/s and the paired ratio."""
+    rows = []
+    for pattern, lags in (restart.get("patterns") or {}).items():
+        for lag, per in lag_items(lags):
+            plain, fast = per.get("plain", {}), per.get("fastrecover", {})
+            rows.append(
+                [
+                    _pattern_label(pattern),
+                    _lag_label(lag),
+                    _stat(plain, "drain_s").cell(2),
+                    _stat(fast, "drain_s").cell(2),
+                    _stat(plain, "records_per_s").cell(0, thousands=True),
+                    _stat(fast, "records_per_s").cell(0, thousands=True),
+                    _stat(per, "ratio_records_per_s").cell(2),
+                ]
+            )
+    return markdown_table(
+        [
+            "commit pattern",
+            "lag (records)",
+            "plain: restart→drained (s)",
+            "fastrecover: restart→drained (s)",
+            "plain: records/s",
+            "fastrecover: records/s",
+            "fastrecover / plain (paired)",
+        ],
+        rows,
+        align="lrrrrrr",
+    )
+
+
+def ttf_table(restart: Mapping[str, Any], pattern: str = "auto") -> str:
+    """Time to fresh per lag, from the restart runs of one pattern."""
+    rows = []
+    for lag, per in lag_items((restart.get("patterns") or {}).get(pattern) or {}):
+        plain, fast = per.get("plain", {}), per.get("fastrecover", {})
+        rows.append(
+            [
+                _lag_label(lag),
+                _stat(plain, "total_s").cell(2),
+                _stat(fast, "total_s").cell(2),
+                fmt_ratio(ratio(_stat(plain, "total_s"), _stat(fast, "total_s")), 1),
+                _stat(plain, "replay_s").cell(3),
+                _stat(fast, "replay_s").cell(3),
+                _stat(fast, "recovery_s").cell(3),
+            ]
+        )
+    return markdown_table(
+        [
+            "lag (records)",
+            "plain: restart→fresh (s)",
+            "fastrecover: restart→fresh (s)",
+            "plain / fastrecover",
+            "plain: joined→fresh (s)",
+            "fastrecover: joined→fresh (s)",
+            "fastrecover: recovery (s)",
+        ],
+        rows,
+    )
+
+
+def work_table(work: Mapping[str, Any]) -> str:
+    plain, fast = work.get("plain", {}), work.get("fastrecover", {})
+    row = [
+        _pattern_label(str(work.get("pattern", "?"))),
+        _lag_label(work.get("lag", 0)),
+        str(work.get("work_us", "?")),
+        _stat(plain, "drain_s").cell(2),
+        _stat(fast, "drain_s").cell(2),
+        _stat(work, "ratio_drain_s").cell(3),
     ]
-    for key, title, table in sections:
-        data = result.get(key)
-        if data:
-            parts.append(f"#### {title}\n\n{table(data)}")
+    return markdown_table(
+        [
+            "commit pattern",
+            "lag (records)",
+            "work per record (µs)",
+            "plain: restart→drained (s)",
+            "fastrecover: restart→drained (s)",
+            "fastrecover / plain time (paired)",
+        ],
+        [row],
+        align="lrrrrr",
+    )
+
+
+def steady_table(steady: Mapping[str, Any]) -> str:
+    rows = []
+    for cell, per in (steady.get("cells") or {}).items():
+        if not isinstance(per, Mapping):
+            continue
+        plain, fast = per.get("plain", {}), per.get("fastrecover", {})
+        rows.append(
+            [
+                f"{per.get('api', cell)}, {_pattern_label(str(per.get('pattern', '?')))}",
+                f"{int(per.get('records', 0)):,}",
+                _stat(plain, "cpu_us_per_record").cell(3),
+                _stat(fast, "cpu_us_per_record").cell(3),
+                _stat(per, "cpu_ratio").cell(3),
+                _stat(plain, "records_per_s").cell(0, thousands=True),
+                _stat(fast, "records_per_s").cell(0, thousands=True),
+                _stat(per, "wall_ratio").cell(3),
+            ]
+        )
+    return markdown_table(
+        [
+            "API, commit pattern",
+            "records per run",
+            "plain: caller CPU µs/record",
+            "fastrecover: caller CPU µs/record",
+            "plain CPU / fastrecover CPU (paired)",
+            "plain: records/s",
+            "fastrecover: records/s",
+            "fastrecover / plain wall clock (paired)",
+        ],
+        rows,
+        align="lrrrrrrr",
+    )
+
+
+# -- goals ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal of issue 9, evaluated on one run: ``value`` against ``threshold`` with ``op``."""
+
+    name: str
+    value: float | None
+    op: str  # ">=" or "<="
+    threshold: float
+    spread: float | None = None
+    failures: int = 0  # runs of the cell that failed (worker error, timeout): the goal is missed
+
+    @property
+    def met(self) -> bool | None:
+        if self.failures:
+            return False
+        if self.value is None:
+            return None
+        return self.value >= self.threshold if self.op == ">=" else self.value <= self.threshold
+
+    @property
+    def noisy(self) -> bool:
+        return self.spread is not None and self.spread > SPREAD_LIMIT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "goal": self.name,
+            "value": self.value,
+            "target": f"{self.op} {self.threshold:g}",
+            "met": self.met,
+            "spread": self.spread,
+            "noisy": self.noisy,
+            "failures": self.failures,
+        }
+
+
+def failures(cell: Mapping[str, Any]) -> int:
+    """How many runs of a cell failed (``errors``: mode -> list of messages)."""
+    errors = cell.get("errors") or {}
+    return sum(len(v) for v in errors.values() if isinstance(v, list)) if isinstance(errors, Mapping) else 0
+
+
+def _goal(name: str, cell: Mapping[str, Any], metric: str, op: str, threshold: float) -> Goal:
+    stat = _stat(cell, metric)
+    return Goal(name, stat.median, op, threshold, stat.spread, failures(cell))
+
+
+def evaluate_goals(result: Mapping[str, Any]) -> list[Goal]:
+    """The goals of issue 9, fastrecover against plain in the same run (paired medians).
+
+    A goal whose figures were not measured has ``value`` None (met: None), so a
+    partial run (``--only``) shows what it could not judge instead of passing it.
+    """
+    goals: list[Goal] = []
+    patterns = (result.get("restart") or {}).get("patterns") or {}
+    for pattern in (*ASYNC_PATTERNS, *SYNC_MESSAGE_PATTERNS):
+        threshold = 0.95 if pattern in ASYNC_PATTERNS else 0.5
+        cells = [
+            (lag, per) for lag, per in lag_items(patterns.get(pattern) or {}) if per.get("role", "drain") == "drain"
+        ]
+        if not cells:
+            goals.append(Goal(f"drain records/s, {pattern}: fastrecover / plain", None, ">=", threshold))
+        for lag, per in cells:
+            goals.append(
+                _goal(
+                    f"drain records/s, {pattern}, lag {_lag_label(lag)}: fastrecover / plain",
+                    per,
+                    "ratio_records_per_s",
+                    ">=",
+                    threshold,
+                )
+            )
+    steady = (result.get("steady") or {}).get("cells") or {}
+    for api in ("poll", "consume"):
+        goals.append(
+            _goal(
+                f"steady state, {api}, auto-commit, mode on: plain CPU / fastrecover CPU per record",
+                steady.get(f"{api}/auto") or {},
+                "cpu_ratio",
+                ">=",
+                0.95,
+            )
+        )
+    work = result.get("work") or {}
+    goals.append(
+        _goal(
+            f"{work.get('work_us', 20)} µs work per record, restart→drained: fastrecover / plain time",
+            work,
+            "ratio_drain_s",
+            "<=",
+            1.05,
+        )
+    )
+    goals.append(_ttf_goal(patterns.get("auto") or {}))
+    return goals
+
+
+def _ttf_goal(auto: Mapping[str, Any]) -> Goal:
+    """fastrecover's restart→fresh at the largest lag over the smallest: flat means near 1."""
+    items = lag_items(auto)
+    name = "time to fresh flat: fastrecover restart→fresh, largest / smallest lag"
+    if len(items) < 2:
+        return Goal(name, None, "<=", 1.5)
+    (small, s_per), (large, l_per) = items[0], items[-1]
+    s_stat, l_stat = _stat(s_per.get("fastrecover", {}), "total_s"), _stat(l_per.get("fastrecover", {}), "total_s")
+    spreads = [x for x in (s_stat.spread, l_stat.spread) if x is not None]
+    return Goal(
+        f"{name} ({_lag_label(large)} / {_lag_label(small)})",
+        ratio(l_stat, s_stat),
+        "<=",
+        1.5,
+        max(spreads) if spreads else None,
+        failures(s_per) + failures(l_per),
+    )
+
+
+def goals_table(goals: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for g in goals:
+        value = g.get("value")
+        met = g.get("met")
+        spread = g.get("spread")
+        failed = int(g.get("failures") or 0)
+        verdict = "not measured" if met is None else ("yes" if met else "**no**")
+        if failed:
+            verdict += f" ({failed} failed run{'s' if failed > 1 else ''})"
+        rows.append(
+            [
+                str(g.get("goal")),
+                "n/a" if value is None else f"{value:.3f}",
+                str(g.get("target")),
+                verdict,
+                "n/a" if spread is None else f"{spread * 100:.0f} %" + (f" {NOISY_MARK}" if g.get("noisy") else ""),
+            ]
+        )
+    return markdown_table(["goal (issue 9)", "value", "target", "met?", "spread of repeats"], rows, align="lrlll")
+
+
+def failed_cells(result: Mapping[str, Any]) -> list[str]:
+    """Every cell with failed runs, with the first error of each: a missed goal must say why."""
+    out: list[str] = []
+    cells: list[tuple[str, Mapping[str, Any]]] = []
+    for pattern, lags in ((result.get("restart") or {}).get("patterns") or {}).items():
+        cells += [(f"restart {pattern} lag {_lag_label(lag)}", per) for lag, per in lag_items(lags)]
+    cells += [(f"steady {cell}", per) for cell, per in ((result.get("steady") or {}).get("cells") or {}).items()]
+    if result.get("work"):
+        cells.append(("work", result["work"]))
+    for name, cell in cells:
+        for mode, errors in (cell.get("errors") or {}).items():
+            if errors:
+                first = str(errors[0]).strip().splitlines()
+                out.append(f"{name} {mode}: {len(errors)} failed, first: {first[-1] if first else '?'}")
+        for mode, count in (cell.get("rebalanced") or {}).items():
+            if count:
+                out.append(f"{name} {mode}: {count} run(s) rebalanced mid-run (records redelivered; figures suspect)")
+    return out
+
+
+def noisy_cells(result: Mapping[str, Any]) -> list[str]:
+    """Every headline figure whose repeats disagree by more than SPREAD_LIMIT, by name."""
+    out: list[str] = []
+    for pattern, lags in ((result.get("restart") or {}).get("patterns") or {}).items():
+        for lag, per in lag_items(lags):
+            for mode in MODES:
+                if _stat(per.get(mode, {}), "records_per_s").noisy():
+                    out.append(f"restart {pattern} lag {_lag_label(lag)} {mode} records/s")
+            if _stat(per, "ratio_records_per_s").noisy():
+                out.append(f"restart {pattern} lag {_lag_label(lag)} ratio")
+    for cell, per in ((result.get("steady") or {}).get("cells") or {}).items():
+        for mode in MODES:
+            for metric in ("cpu_us_per_record", "records_per_s"):
+                if _stat(per.get(mode, {}), metric).noisy():
+                    out.append(f"steady {cell} {mode} {metric}")
+    work = result.get("work") or {}
+    for mode in MODES:
+        if _stat(work.get(mode, {}), "drain_s").noisy():
+            out.append(f"work {mode} drain_s")
+    return out
+
+
+def format_report(result: Mapping[str, Any]) -> str:
+    """All sections present in ``result`` as Markdown (headings and tables), goals last."""
+    parts: list[str] = []
+    restart = result.get("restart") or {}
+    if restart.get("patterns"):
+        parts.append(
+            "#### Restart → drained, per commit pattern (lag behind the last commit, then live records)\n\n"
+            + restart_table(restart)
+        )
+        if (restart.get("patterns") or {}).get("auto"):
+            parts.append("#### Time to fresh data after a restart (auto-commit)\n\n" + ttf_table(restart))
+    if result.get("work"):
+        parts.append("#### With CPU work per record\n\n" + work_table(result["work"]))
+    if (result.get("steady") or {}).get("cells"):
+        parts.append("#### Steady state, no crash, mode on with no open range\n\n" + steady_table(result["steady"]))
+    if result.get("store"):
+        parts.append("#### Cost of the range store (backfill commits)\n\n" + store_table(result["store"]))
+    if result.get("memory"):
+        parts.append("#### Memory while backfilling\n\n" + memory_table(result["memory"]))
     spark = result.get("spark")
     if isinstance(spark, Mapping) and spark.get("table"):
         parts.append(f"#### Spark source after downtime\n\n{spark['table']}")
+    if result.get("goals"):
+        parts.append("#### Goals (fastrecover / plain, same run)\n\n" + goals_table(result["goals"]))
+    failed = failed_cells(result)
+    if failed:
+        parts.append(
+            "Failed or disturbed runs (a failed run misses its cell's goal):\n\n" + "\n".join(f"- {f}" for f in failed)
+        )
+    noisy = result.get("noisy")
+    if noisy:
+        parts.append(
+            f"{NOISY_MARK} = repeats disagree by more than {SPREAD_LIMIT:.0%} ((max - min) / median): "
+            + "; ".join(noisy)
+            + "."
+        )
     return "\n\n".join(parts)
 
 

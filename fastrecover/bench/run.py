@@ -26,10 +26,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fastrecover.bench import scenarios
+from fastrecover.bench.patterns import BATCH, PATTERNS, STEADY_CELLS
+from fastrecover.bench.profiling import PROFILE_ENV
+from fastrecover.bench.redact import scrub
 from fastrecover.bench.report import (
-    STEADY_VARIANTS,
+    MODES,
     Stat,
+    evaluate_goals,
     format_report,
+    noisy_cells,
     paired_ratios,
     replace_between_markers,
 )
@@ -38,26 +43,71 @@ from fastrecover.testing.driver import broker_session
 
 log = logging.getLogger("fastrecover.bench")
 
-SCENARIOS = ("ttf", "drain", "steady", "store", "memory")
-SCHEMA = 1
+SCENARIOS = ("restart", "work", "steady", "store")
+SCHEMA = 2
+
+
+@dataclass
+class Sizes:
+    """How much each scenario reads.  :data:`FULL` keeps the whole matrix under ~25 minutes on 2 cores."""
+
+    lags: list[int]  # restart → drained lags of every pattern but per-message sync
+    ttf_lag: int  # one more, smaller lag for auto-commit: time to fresh at the large lag / at this one
+    sync_lags: list[int]  # per-message sync: a broker (or store) round trip per record
+    sync_live_rate: int  # live records/s while a per-message sync consumer drains (~150-200/s here)
+    work_lag: int
+    steady_records: int
+    steady_commit_records: int  # msg-async: a broker commit request per record (~20-50k records/s)
+    steady_sync_records: int
+    steady_repeats: int
+    store_commits: int
+    min_timeout_s: float  # a restart run gets this + lag / MIN_RATE of its kind to drain, then fails
+
+
+FULL = Sizes(
+    lags=[100_000, 1_000_000],
+    ttf_lag=10_000,
+    sync_lags=[500, 2_000],
+    sync_live_rate=20,
+    work_lag=200_000,
+    steady_records=500_000,
+    steady_commit_records=200_000,
+    steady_sync_records=1_000,
+    steady_repeats=3,
+    store_commits=2_000,
+    min_timeout_s=60.0,
+)
+QUICK = Sizes(
+    lags=[5_000, 20_000],
+    ttf_lag=1_000,
+    sync_lags=[200, 500],
+    sync_live_rate=20,
+    work_lag=5_000,
+    steady_records=20_000,
+    steady_commit_records=10_000,
+    steady_sync_records=200,
+    steady_repeats=2,
+    store_commits=200,
+    min_timeout_s=20.0,
+)
 
 
 @dataclass
 class BenchOptions:
     bootstrap: str | None
-    lags: list[int] = field(default_factory=lambda: [10_000, 100_000, 1_000_000])
+    sizes: Sizes = field(default_factory=lambda: Sizes(**vars(FULL)))
     repeats: int = 3
     only: set[str] = field(default_factory=lambda: set(SCENARIOS))
+    patterns: list[str] = field(default_factory=lambda: list(PATTERNS))
+    work_us: int = 20
+    work_pattern: str = "msg-async"
     out: Path = Path("docs/benchmarks")
     pg_url: str | None = None
     doc: Path | None = Path("docs/benchmarks.md")
     spark: bool = False
-    memory_lag: int = 1_000_000
-    steady_records: int = 500_000
-    steady_repeats: int = 5
-    store_commits: int = 2000
-    store_batches: int = 500
-    command: str = ""
+    profile: Path | None = None  # cProfile every consumer process into this directory
+    command: str = ""  # already masked
+    secrets: list[str] = field(default_factory=list)  # scrubbed from everything printed or written
 
 
 def _now() -> str:
@@ -152,32 +202,82 @@ def machine_info(bootstrap: str, broker: Broker | None) -> dict[str, Any]:
 # -- scenarios --------------------------------------------------------------------------------------
 
 
-def _restart_lags(opts: BenchOptions) -> list[int]:
-    lags = list(opts.lags) if opts.only & {"ttf", "drain"} else []
-    if "memory" in opts.only and opts.memory_lag not in lags:
-        lags.append(opts.memory_lag)
-    return lags
+def restart_cells(opts: BenchOptions) -> list[tuple[str, int, str]]:
+    """(pattern, lag, role) of every restart cell; role "ttf" marks the extra small lag of auto-commit."""
+    cells: list[tuple[str, int, str]] = []
+    for pattern in opts.patterns:
+        lags = opts.sizes.sync_lags if PATTERNS[pattern].kind == "sync-message" else opts.sizes.lags
+        if pattern == "auto" and opts.sizes.ttf_lag not in lags:
+            cells.append((pattern, opts.sizes.ttf_lag, "ttf"))
+        cells += [(pattern, lag, "drain") for lag in lags]
+    return cells
 
 
-def run_restarts(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """Every (lag, mode) restart ``repeats`` times; repeats outermost, mode order alternating."""
-    lags = _restart_lags(opts)
-    store_url = scenarios.sqlite_url(workdir)
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {lag: {"plain": [], "fastrecover": []} for lag in lags}
+def _store_url(workdir: Path, name: str) -> str:
+    return f"sqlite:///{workdir / (name + '.db')}"
+
+
+def _mode_order(rep: int, index: int) -> tuple[str, str]:
+    """ABAB: plain first on even (repeat + cell) and fastrecover first on odd, so drift hits both."""
+    return ("plain", "fastrecover") if (rep + index) % 2 == 0 else ("fastrecover", "plain")
+
+
+#: A restart run that drains slower than this (records/s) is cut off and recorded as failed: it misses its
+#: goal by far (plain drains at 100k+/s, or ~150-200/s with a sync commit per record), and the matrix must
+#: finish in bounded time whatever the code under test does.
+MIN_RATE = {"async": 10_000, "sync-batch": 10_000, "sync-message": 50}
+
+
+def run_timeout(pattern: str, lag: int, min_timeout_s: float) -> float:
+    """Seconds a run of ``lag`` records gets (for each of its waits) before it counts as failed."""
+    return min_timeout_s + lag / MIN_RATE[PATTERNS[pattern].kind]
+
+
+def _restart_spec(
+    bootstrap: str, opts: BenchOptions, pattern: str, lag: int, mode: str, store_url: str, work_us: int = 0
+) -> scenarios.RestartSpec:
+    sync = PATTERNS[pattern].kind == "sync-message"
+    live = opts.sizes.sync_live_rate if sync else scenarios.LIVE_RATE
+    timeout = run_timeout(pattern, lag, opts.sizes.min_timeout_s) + lag * work_us / 1e6
+    return scenarios.RestartSpec(
+        bootstrap, lag, mode, store_url, live_rate=live, pattern=pattern, work_us=work_us, timeout_s=timeout
+    )
+
+
+def _one_restart(spec: scenarios.RestartSpec, wlog: TextIO, what: str) -> dict[str, Any]:
+    """One restart run; a failure (worker error, timeout) is recorded in the results, not raised."""
+    try:
+        run = scenarios.restart_run(spec, wlog)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        _say(f"{what}: FAILED: {reason}")
+        return {"error": reason[-2000:]}
+    _say_run(what, run)
+    return run
+
+
+def _say_run(what: str, run: Mapping[str, Any]) -> None:
+    _say(
+        f"{what}: fresh {run['total_s']:.2f}s, drained {run['drain_s']:.2f}s, "
+        f"{run['records_per_s']:,.0f} rec/s, peak RSS {run['peak_rss_mib']} MiB"
+    )
+
+
+def run_restarts(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[str, dict[int, dict[str, list[Any]]]]:
+    """Every restart cell ``repeats`` times: repeats outermost, the mode order alternating (ABAB)."""
+    cells = restart_cells(opts)
+    runs: dict[str, dict[int, dict[str, list[Any]]]] = {}
+    for pattern, lag, _role in cells:
+        runs.setdefault(pattern, {})[lag] = {mode: [] for mode in MODES}
     with open(workdir / "workers.log", "a") as wlog:
         for rep in range(opts.repeats):
-            for lag in lags:
-                modes = ("plain", "fastrecover") if rep % 2 == 0 else ("fastrecover", "plain")
-                for mode in modes:
-                    spec = scenarios.RestartSpec(bootstrap, lag, mode, store_url)
-                    run = scenarios.restart_run(spec, wlog)
-                    runs[lag][mode].append(run)
-                    _say(
-                        f"restart lag {lag:,} repeat {rep + 1}/{opts.repeats} {mode:<11}: joined "
-                        f"{run['join_s']:.2f}s, fresh {run['total_s']:.2f}s (replay {run['replay_s']:.3f}s), "
-                        f"drained {run['drain_s']:.2f}s, {run['records_per_s']:,.0f} rec/s, "
-                        f"peak RSS {run['peak_rss_mib']} MiB"
-                    )
+            for index, (pattern, lag, _role) in enumerate(cells):
+                for mode in _mode_order(rep, index):
+                    # a fresh store per run: every restart starts from an empty range store, as a new group does
+                    store_url = _store_url(workdir, f"{pattern}-{lag}-{rep}-{mode}")
+                    spec = _restart_spec(bootstrap, opts, pattern, lag, mode, store_url)
+                    what = f"restart {pattern} lag {lag:,} repeat {rep + 1}/{opts.repeats} {mode:<11}"
+                    runs[pattern][lag][mode].append(_one_restart(spec, wlog, what))
     return runs
 
 
@@ -185,83 +285,159 @@ def _summ(runs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, 
     return {name: Stat.of(r.get(name) for r in runs).to_dict() for name in names}
 
 
+RESTART_METRICS = (
+    "total_s",
+    "replay_s",
+    "join_s",
+    "recovery_s",
+    "started_s",
+    "lag_drained_s",
+    "drain_s",
+    "records_per_s",
+    "peak_rss_mib",
+    "growth_mib",
+)
+
+
+def summarize_pair(plain: Sequence[Mapping[str, Any]], fast: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Both modes of one cell, and the paired ratios (repeat i of fastrecover over repeat i of plain)."""
+    return {
+        "plain": _summ(plain, RESTART_METRICS),
+        "fastrecover": _summ(fast, RESTART_METRICS),
+        "ratio_records_per_s": paired_ratios(
+            [r.get("records_per_s") for r in fast], [r.get("records_per_s") for r in plain]
+        ).to_dict(),
+        "ratio_drain_s": paired_ratios([r.get("drain_s") for r in fast], [r.get("drain_s") for r in plain]).to_dict(),
+        "errors": {
+            mode: [r["error"] for r in runs if "error" in r] for mode, runs in zip(MODES, (plain, fast), strict=True)
+        },
+        # runs whose consumer was assigned partitions more than once: a rebalance mid-run, records redelivered
+        "rebalanced": {
+            mode: sum(1 for r in runs if (r.get("assignments") or 0) > 1)
+            for mode, runs in zip(MODES, (plain, fast), strict=True)
+        },
+    }
+
+
 def summarize_restarts(
-    runs: Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]], opts: BenchOptions, measured_at: str
+    runs: Mapping[str, Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]]], opts: BenchOptions, measured_at: str
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    lags = [lag for lag in runs if lag in opts.lags]
-    if "ttf" in opts.only:
-        out["ttf"] = {
-            str(lag): {
-                mode: _summ(runs[lag][mode], ["total_s", "replay_s", "join_s", "recovery_s", "started_s"])
-                for mode in ("plain", "fastrecover")
-            }
-            for lag in lags
-        }
-        out["ttf"]["measured_at"] = measured_at
-    if "drain" in opts.only:
-        out["drain"] = {
-            str(lag): {
-                mode: _summ(runs[lag][mode], ["drain_s", "lag_drained_s", "records_per_s"])
-                for mode in ("plain", "fastrecover")
-            }
-            for lag in lags
-        }
-        out["drain"]["measured_at"] = measured_at
-    if "memory" in opts.only and opts.memory_lag in runs:
-        memory: dict[str, Any] = {"lag": opts.memory_lag, "measured_at": measured_at}
-        for mode in ("plain", "fastrecover"):
-            mruns = runs[opts.memory_lag][mode]
+    roles = {(p, lag): role for p, lag, role in restart_cells(opts)}
+    patterns: dict[str, Any] = {}
+    for pattern, per_lag in runs.items():
+        patterns[pattern] = {}
+        for lag, per in sorted(per_lag.items()):
+            cell = summarize_pair(per["plain"], per["fastrecover"])
+            cell["role"] = roles.get((pattern, lag), "drain")
+            cell["lag"] = lag
+            patterns[pattern][str(lag)] = cell
+    out: dict[str, Any] = {"restart": {"patterns": patterns, "measured_at": measured_at}}
+    auto = runs.get("auto")
+    if auto:
+        lag = max(auto)
+        memory: dict[str, Any] = {"lag": lag, "measured_at": measured_at}
+        for mode in MODES:
+            mruns = auto[lag][mode]
             row = _summ(mruns, ["base_rss_mib", "peak_rss_mib", "growth_mib", "max_child_queue"])
             peak = Stat.from_dict(row["peak_rss_mib"]).median
-            median_run = min(mruns, key=lambda r: abs((r.get("peak_rss_mib") or 0) - (peak or 0)))
+            ok = [r for r in mruns if "error" not in r]
+            median_run = min(ok, key=lambda r: abs((r.get("peak_rss_mib") or 0) - (peak or 0)), default={})
             row["rss_series"] = median_run.get("rss_series", [])
             memory[mode] = row
         out["memory"] = memory
     return out
 
 
-def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[str, Any]:
+def run_work(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Restart → drained with ``work_us`` of CPU per record: does the extra consumer cost the application?"""
+    pattern, lag = opts.work_pattern, opts.sizes.work_lag
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    with open(workdir / "workers.log", "a") as wlog:
+        for rep in range(opts.repeats):
+            for mode in _mode_order(rep, 0):
+                store_url = _store_url(workdir, f"work-{rep}-{mode}")
+                spec = _restart_spec(bootstrap, opts, pattern, lag, mode, store_url, opts.work_us)
+                what = f"work {opts.work_us} µs {pattern} lag {lag:,} repeat {rep + 1}/{opts.repeats} {mode:<11}"
+                runs[mode].append(_one_restart(spec, wlog, what))
+    out = summarize_pair(runs["plain"], runs["fastrecover"])
+    out.update({"work_us": opts.work_us, "pattern": pattern, "lag": lag, "measured_at": _now()})
+    return out, runs
+
+
+def steady_size(sizes: Sizes, pattern: str) -> int:
+    """Records per steady run: fewer where each record costs a commit request (async) or round trip (sync)."""
+    if PATTERNS[pattern].kind == "sync-message":
+        return sizes.steady_sync_records
+    if pattern == "msg-async":
+        return sizes.steady_commit_records
+    return sizes.steady_records
+
+
+def _steady_line(mode: str, run: Mapping[str, Any]) -> str:
+    if "error" in run:
+        return f"{mode} FAILED"
+    return f"{mode} {run['cpu_us_per_record']:.3f} µs/rec {run['records_per_s']:,.0f}/s"
+
+
+STEADY_METRICS = ("cpu_us_per_record", "process_cpu_us_per_record", "records_per_s")
+
+
+def run_steady(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every steady cell, ``steady_repeats`` times, ABAB; one pre-filled topic read by a new group each run."""
+    cells = [(api, p) for api, p in STEADY_CELLS if p in opts.patterns]
+    size = {p: steady_size(opts.sizes, p) for _a, p in cells}
     topic = f"bench-steady-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, scenarios.PARTITIONS)
-    store_url = scenarios.sqlite_url(workdir)
-    raw: dict[str, dict[str, list[dict[str, float]]]] = {
-        api: {v: [] for v in STEADY_VARIANTS} for api in ("poll", "consume")
-    }
+    store_url = _store_url(workdir, "steady")
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {f"{a}/{p}": {m: [] for m in MODES} for a, p in cells}
+    wlog = open(workdir / "steady.log", "a")  # noqa: SIM115 - closed in the finally below
     try:
-        rate = scenarios.produce_fast(bootstrap, topic, opts.steady_records)
-        _say(f"steady: {opts.steady_records:,} records produced ({rate:,.0f}/s)")
-        for rep in range(opts.steady_repeats):
-            for api in ("poll", "consume"):
-                shift = rep % len(STEADY_VARIANTS)
-                order = STEADY_VARIANTS[shift:] + STEADY_VARIANTS[:shift]
-                for variant in order:
-                    res = scenarios.steady_once(bootstrap, topic, variant, api, opts.steady_records, store_url)
-                    raw[api][variant].append(res)
+        # More records than any run reads: a consume(500, 1.0) that meets the end of the topic would wait out its
+        # timeout (a second added to a run of about a second), so no run may read up to the end.
+        total = max(size.values(), default=0) * 11 // 10 + 10 * BATCH * scenarios.PARTITIONS
+        rate = scenarios.produce_fast(bootstrap, topic, total)
+        _say(f"steady: {total:,} records produced ({rate:,.0f}/s)")
+        for rep in range(opts.sizes.steady_repeats):
+            for index, (api, pattern) in enumerate(cells):
+                key = f"{api}/{pattern}"
+                for mode in _mode_order(rep, index):
+                    res: dict[str, Any]
+                    try:
+                        timeout = run_timeout(pattern, size[pattern], opts.sizes.min_timeout_s)
+                        res = scenarios.steady_run(
+                            bootstrap, topic, mode, api, pattern, size[pattern], store_url, timeout, wlog
+                        )
+                    except Exception as exc:  # recorded as a failed cell; the rest of the matrix still runs
+                        _say(f"steady {key} {mode} FAILED: {type(exc).__name__}: {exc}")
+                        res = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
+                    raw[key][mode].append(res)
                 _say(
-                    f"steady repeat {rep + 1}/{opts.steady_repeats} {api:<7}: "
-                    + ", ".join(f"{v} {raw[api][v][-1]['records_per_s']:,.0f}/s" for v in STEADY_VARIANTS)
+                    f"steady repeat {rep + 1}/{opts.sizes.steady_repeats} {key:<20}: "
+                    + ", ".join(_steady_line(m, raw[key][m][-1]) for m in MODES)
                 )
     finally:
+        wlog.close()
         delete_topic(bootstrap, topic)
-    summary: dict[str, Any] = {}
-    for api, per in raw.items():
-        rows: dict[str, Any] = {}
-        base = [r["records_per_s"] for r in per["raw"]]
-        base_cpu = [r["cpu_us_per_record"] for r in per["raw"]]
-        for variant, runs in per.items():
-            row = _summ(runs, ["records_per_s", "cpu_us_per_record"])
-            if variant != "raw":
-                row["ratio_to_raw"] = paired_ratios([r["records_per_s"] for r in runs], base).to_dict()
-                # raw CPU / our CPU per record: the throughput ratio of a caller thread that is CPU-bound,
-                # much less disturbed by other load on the machine than wall-clock rates
-                row["cpu_ratio_to_raw"] = paired_ratios(base_cpu, [r["cpu_us_per_record"] for r in runs]).to_dict()
-            rows[variant] = row
-        summary[api] = rows
-    summary_out: dict[str, Any] = dict(summary)
-    summary_out["measured_at"] = _now()
-    summary_out["records"] = opts.steady_records
-    return summary_out
+    out_cells: dict[str, Any] = {}
+    for api, pattern in cells:
+        key = f"{api}/{pattern}"
+        plain, fast = raw[key]["plain"], raw[key]["fastrecover"]
+        out_cells[key] = {
+            "api": api,
+            "pattern": pattern,
+            "records": size[pattern],
+            "plain": _summ(plain, STEADY_METRICS),
+            "fastrecover": _summ(fast, STEADY_METRICS),
+            # plain CPU / our CPU: the throughput ratio of a CPU-bound caller thread
+            "cpu_ratio": paired_ratios(
+                [r.get("cpu_us_per_record") for r in plain], [r.get("cpu_us_per_record") for r in fast]
+            ).to_dict(),
+            "wall_ratio": paired_ratios(
+                [r.get("records_per_s") for r in fast], [r.get("records_per_s") for r in plain]
+            ).to_dict(),
+            "errors": {m: [r["error"] for r in raw[key][m] if "error" in r] for m in MODES},
+        }
+    return {"cells": out_cells, "repeats": opts.sizes.steady_repeats, "measured_at": _now()}, raw
 
 
 def run_store(opts: BenchOptions, workdir: Path) -> dict[str, Any]:
@@ -280,15 +456,20 @@ def run_store(opts: BenchOptions, workdir: Path) -> dict[str, Any]:
                 with scenarios.ThrowawayPostgres(pg) as url:
                     out[name] = _store_backend(url, opts, name)
         except Exception as exc:
-            log.error("store benchmark on %s failed: %s", name, exc)
-            out[name] = {"error": str(exc)}
+            reason = scrub(str(exc), opts.secrets)
+            log.error("store benchmark on %s failed: %s", name, reason)
+            out[name] = {"error": reason}
     return out
+
+
+def _store_batches(opts: BenchOptions) -> int:
+    return max(1, opts.sizes.store_commits // 4)
 
 
 def _store_backend(url: str, opts: BenchOptions, name: str) -> dict[str, Any]:
     runs = []
     for rep in range(opts.repeats):
-        res = scenarios.store_once(url, opts.store_commits, opts.store_batches)
+        res = scenarios.store_once(url, opts.sizes.store_commits, _store_batches(opts))
         runs.append(res)
         _say(
             f"store {name} repeat {rep + 1}/{opts.repeats}: per-message {res['per_message']['commits_per_s']:,.0f}"
@@ -299,14 +480,14 @@ def _store_backend(url: str, opts: BenchOptions, name: str) -> dict[str, Any]:
     for kind in ("per_message", "batched"):
         out[kind] = _summ([r[kind] for r in runs], ["commits_per_s", "records_per_s", "p50_ms", "p99_ms"])
         out[kind]["records_per_commit"] = 1 if kind == "per_message" else 500
-        out[kind]["commits"] = opts.store_commits if kind == "per_message" else opts.store_batches
+        out[kind]["commits"] = opts.sizes.store_commits if kind == "per_message" else _store_batches(opts)
     return out
 
 
 def run_spark(bootstrap: str, opts: BenchOptions) -> dict[str, Any]:
     from fastrecover.spark.bench import format_table, run_spark_bench
 
-    result = run_spark_bench(bootstrap, opts.lags, opts.repeats)
+    result = run_spark_bench(bootstrap, opts.sizes.lags, opts.repeats)
     return {"measured_at": _now(), "result": result, "table": format_table(result)}
 
 
@@ -322,7 +503,7 @@ def _merge_previous(result: dict[str, Any], path: Path) -> None:
     if previous.get("schema") != SCHEMA:
         return
     kept = []
-    for key in (*SCENARIOS, "spark"):
+    for key in (*SCENARIOS, "memory", "spark"):
         if key not in result and key in previous:
             result[key] = previous[key]
             kept.append(key)
@@ -332,12 +513,19 @@ def _merge_previous(result: dict[str, Any], path: Path) -> None:
             result["kept_from_previous"][key] = previous.get("command", "?")
 
 
+def finish(result: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate the goals and list the noisy cells, over whatever sections ``result`` holds."""
+    result["goals"] = [g.to_dict() for g in evaluate_goals(result)]
+    result["noisy"] = noisy_cells(result)
+    return result
+
+
 def _doc_block(result: Mapping[str, Any], doc: Path, out: Path) -> str:
     m = result["machine"]
     png = os.path.relpath(out / "bench.png", doc.parent)
     js = os.path.relpath(out / "results.json", doc.parent)
     lines = [
-        f"_Generated by `{result['command']}` — finished {result['finished']}._",
+        f"_Generated by `{result['command']}` — {result['started']} to {result['finished']}._",
         "",
         f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB RAM, {m['platform']}; "
         f"Python {m['python']}, confluent-kafka {m['confluent_kafka']} / librdkafka {m['librdkafka']}; "
@@ -359,20 +547,23 @@ def _doc_block(result: Mapping[str, Any], doc: Path, out: Path) -> str:
 
 
 def write_outputs(result: dict[str, Any], opts: BenchOptions) -> dict[str, Path]:
+    """results.json, table.md, bench.png and the doc block; every text scrubbed of the known secrets."""
     from fastrecover.bench.plot import plot
 
     opts.out.mkdir(parents=True, exist_ok=True)
     paths = {"json": opts.out / "results.json", "table": opts.out / "table.md"}
     _merge_previous(result, paths["json"])
-    paths["json"].write_text(json.dumps(result, indent=1) + "\n")
-    paths["table"].write_text(format_report(result) + "\n")
+    finish(result)
+    paths["json"].write_text(scrub(json.dumps(result, indent=1), opts.secrets) + "\n")
+    paths["table"].write_text(scrub(format_report(result), opts.secrets) + "\n")
     png = plot(result, opts.out / "bench.png")
     if png is not None:
         paths["png"] = png
     if opts.doc is not None and opts.doc.is_file():
         text = opts.doc.read_text()
         try:
-            opts.doc.write_text(replace_between_markers(text, _doc_block(result, opts.doc, opts.out)))
+            block = scrub(_doc_block(result, opts.doc, opts.out), opts.secrets)
+            opts.doc.write_text(replace_between_markers(text, block))
             paths["doc"] = opts.doc
         except ValueError:
             _say(f"{opts.doc} has no bench-table markers; left unchanged")
@@ -383,7 +574,11 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
     unknown = opts.only - set(SCENARIOS)
     if unknown:
         raise ValueError(f"unknown scenario(s) {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
-    result: dict[str, Any] = {"schema": SCHEMA, "command": opts.command, "started": _now()}
+    result: dict[str, Any] = {"schema": SCHEMA, "command": scrub(opts.command, opts.secrets), "started": _now()}
+    if opts.profile is not None:  # inherited by every worker process
+        os.environ[PROFILE_ENV] = str(opts.profile.resolve())
+        _say(f"profiling every consumer process into {opts.profile}: these figures are distorted")
+    began = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="fastrecover-bench-") as tmp,
         broker_session(opts.bootstrap, sys.stderr) as (bootstrap, broker),
@@ -391,33 +586,41 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
         workdir = Path(tmp)
         result["machine"] = machine_info(bootstrap, broker)
         result["config"] = {
-            "lags": opts.lags,
+            "sizes": vars(opts.sizes),
             "repeats": opts.repeats,
+            "patterns": opts.patterns,
+            "work_us": opts.work_us,
+            "work_pattern": opts.work_pattern,
             "partitions": scenarios.PARTITIONS,
             "value_bytes": scenarios.VALUE_SIZE,
             "live_rate_per_s": scenarios.LIVE_RATE,
-            "memory_lag": opts.memory_lag,
-            "steady_records": opts.steady_records,
-            "steady_repeats": opts.steady_repeats,
-            "store_commits": opts.store_commits,
-            "store_batches": opts.store_batches,
-            "restart_store": "sqlite (file in a temp dir)",
+            "restart_store": "sqlite (a new file in a temp dir per run)",
             "workdir_filesystem": scenarios.workdir_filesystem(workdir),
             "fast_producer": scenarios.FAST_PRODUCER,
+            "profiled": opts.profile is not None,
         }
-        if opts.only & {"ttf", "drain", "memory"}:
+        raw: dict[str, Any] = {}
+        if "restart" in opts.only:
             runs = run_restarts(bootstrap, opts, workdir)
             result.update(summarize_restarts(runs, opts, _now()))
-            result.setdefault("runs", {})["restart"] = {str(k): v for k, v in runs.items()}
+            raw["restart"] = {p: {str(k): v for k, v in per.items()} for p, per in runs.items()}
+        if "work" in opts.only:
+            result["work"], raw["work"] = run_work(bootstrap, opts, workdir)
         if "steady" in opts.only:
-            result["steady"] = run_steady(bootstrap, opts, workdir)
+            result["steady"], raw["steady"] = run_steady(bootstrap, opts, workdir)
         if "store" in opts.only:
             result["store"] = run_store(opts, workdir)
         if opts.spark:
             result["spark"] = run_spark(bootstrap, opts)
         result["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        result["runs"] = raw
     result["finished"] = _now()
+    result["elapsed_s"] = round(time.monotonic() - began, 1)
     paths = write_outputs(result, opts)
-    print(format_report(result), file=out)
-    print("\nwritten: " + ", ".join(str(p) for p in paths.values()), file=out, flush=True)
+    print(scrub(format_report(result), opts.secrets), file=out)
+    print(
+        f"\nelapsed {result['elapsed_s']:.0f} s; written: " + ", ".join(str(p) for p in paths.values()),
+        file=out,
+        flush=True,
+    )
     return result

@@ -4,7 +4,8 @@
   process (plain confluent_kafka.Consumer or fastrecover): time to fresh data,
   time to drain, RSS.  Feeds the ``ttf``, ``drain`` and ``memory`` figures.
 * :func:`steady_once`: consume a pre-filled topic with no crash and no open
-  range, in this process: records/s and caller-thread CPU per record.
+  range, in this process, committing as one pattern of the matrix does:
+  records/s and caller-thread CPU per record.
 * :func:`store_once`: backfill commits straight to a RangeStore: per-message
   and batched, commits/s and per-commit latency.
 """
@@ -17,7 +18,8 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,6 +39,7 @@ PARTITIONS = 6
 VALUE_SIZE = 100
 LIVE_RATE = 1000  # live records/s produced from the restart on
 RUN_TIMEOUT_S = 900.0
+KILL_GRACE_S = 1.0
 
 #: A high-throughput producer for building the lag before the restart.
 FAST_PRODUCER = {
@@ -92,11 +95,27 @@ def log_ends(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[i
         consumer.close()
 
 
-def _wait_event(proc: EventProcess, name: str, timeout: float) -> dict[str, Any]:
+def _tail(log_file: TextIO | None, lines: int = 15) -> str:
+    """The last lines the workers wrote to stderr: why a worker died, for the error message."""
+    name = getattr(log_file, "name", None)
+    if not isinstance(name, str):
+        return ""
+    try:
+        log_file.flush()  # type: ignore[union-attr]
+        with open(name, errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _wait_event(proc: EventProcess, name: str, timeout: float, log_file: TextIO | None = None) -> dict[str, Any]:
     def seen() -> dict[str, Any]:
         event = proc.event(name)
         if event is None and not proc.alive():
-            raise RuntimeError(f"bench worker exited (code {proc.proc.returncode}) before '{name}'")
+            raise RuntimeError(
+                f"bench worker exited (code {proc.proc.returncode}) before '{name}'; its stderr ends:\n"
+                + _tail(log_file)
+            )
         return event or {}
 
     return wait_for(seen, timeout, 0.005, f"the bench worker's '{name}' event")
@@ -111,12 +130,34 @@ class RestartSpec:
     partitions: int = PARTITIONS
     live_rate: int = LIVE_RATE
     work_us: int = 0
+    pattern: str = "auto"
+    timeout_s: float = RUN_TIMEOUT_S  # for each of lag drained, then drained; past it the run fails
+
+
+@contextmanager
+def _store_url_in_environment(url: str | None) -> Iterator[None]:
+    """Hand the store URL to the worker through its environment: argv is visible to every user in ``ps``."""
+    from fastrecover.bench.worker import STORE_URL_ENV
+
+    before = os.environ.get(STORE_URL_ENV)
+    if url is None:
+        os.environ.pop(STORE_URL_ENV, None)
+    else:
+        os.environ[STORE_URL_ENV] = url
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STORE_URL_ENV, None)
+        else:
+            os.environ[STORE_URL_ENV] = before
 
 
 def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
     """One restart after a lag of ``spec.lag`` records; all times in seconds from the process start."""
     tag = uuid.uuid4().hex[:6]
     topic, group = f"bench-{spec.mode}-{spec.lag}-{tag}", f"bench-{spec.mode}-{tag}"
+    setup = time.monotonic()
     create_topic(spec.bootstrap, topic, spec.partitions)
     try:
         # The consumer's last checkpoint is the log start; everything produced after it is the lag.
@@ -137,26 +178,34 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             ",".join(f"{p}:{o}" for p, o in lag_end.items()),
             "--work-us",
             str(spec.work_us),
+            "--pattern",
+            spec.pattern,
         ]
-        if spec.mode == "fastrecover":
-            args += ["--store-url", spec.store_url]
         restart = time.time()
-        worker = EventProcess("fastrecover.bench.worker", args, log_file, stdin=True)
+        setup_s = time.monotonic() - setup
+        with _store_url_in_environment(spec.store_url if spec.mode == "fastrecover" else None):
+            worker = EventProcess("fastrecover.bench.worker", args, log_file, stdin=True)
         live = SteadyProducer(spec.bootstrap, topic, spec.live_rate, value_size=VALUE_SIZE, partitions=spec.partitions)
         live.start()
         stopped = False
         try:
-            _wait_event(worker, "lag_drained", RUN_TIMEOUT_S)
+            _wait_event(worker, "lag_drained", spec.timeout_s, log_file)
             live.stop()
             stopped = True
             live_total = sum(log_ends(spec.bootstrap, topic, spec.partitions).values()) - lag
             worker.tell(f"live {live_total}")
-            drained = _wait_event(worker, "drained", 120)
+            drained = _wait_event(worker, "drained", spec.timeout_s, log_file)
+            _wait_event(worker, "stats", 30, log_file)
         finally:
             if not stopped:
                 live.stop()
-            worker.kill(signal.SIGTERM, timeout=60)
-        ev = {name: worker.event(name) for name in ("started", "joined", "assigned", "fresh", "lag_drained")}
+            teardown = time.monotonic()
+            # The worker has reported everything: a graceful close only costs matrix time (it may wait
+            # on thousands of in-flight commits), so it gets a few seconds, then SIGKILL.
+            worker.kill(signal.SIGTERM, timeout=KILL_GRACE_S)
+        ev = {
+            name: worker.event(name) for name in ("started", "subscribed", "joined", "assigned", "fresh", "lag_drained")
+        }
         stats = worker.event("stats") or {}
         missing = [name for name, e in ev.items() if e is None]
         if missing:
@@ -167,6 +216,8 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             "lag": lag,
             "live": live_total,
             "produce_records_per_s": round(produce_rate),
+            "setup_s": round(setup_s, 3),
+            "teardown_s": round(time.monotonic() - teardown, 3),
             "started_s": t["started"] - restart,
             "join_s": t["joined"] - restart,
             "recovery_s": t["assigned"] - t["joined"],
@@ -174,11 +225,13 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             "replay_s": t["fresh"] - t["joined"],
             "lag_drained_s": t["lag_drained"] - restart,
             "drain_s": t["drained"] - restart,
-            "records_per_s": (lag + live_total) / max(1e-9, t["drained"] - t["joined"]),
+            # From just before subscribe(): group join and fastrecover's recovery count for both consumers.
+            "records_per_s": (lag + live_total) / max(1e-9, t["drained"] - t["subscribed"]),
             "base_rss_mib": stats.get("base_rss_mib"),
             "peak_rss_mib": stats.get("peak_rss_mib"),
             "growth_mib": (stats["peak_rss_mib"] - stats["base_rss_mib"]) if "peak_rss_mib" in stats else None,
             "max_child_queue": stats.get("max_child_queue") if spec.mode == "fastrecover" else None,
+            "assignments": stats.get("assignments"),
             "rss_series": stats.get("series", []),
         }
     finally:
@@ -191,60 +244,35 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
 # -- steady state -----------------------------------------------------------------------------------
 
 
-def make_steady_consumer(variant: str, bootstrap: str, store_url: str) -> Any:
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": f"bench-steady-{uuid.uuid4().hex[:8]}",
-        "auto.offset.reset": "earliest",
-    }
-    if variant == "raw":
-        return RawConsumer(conf)
-    from fastrecover.consumer import Consumer
-
-    if variant == "off":
-        return Consumer(conf)
-    return Consumer({**conf, "enable.parallel.rebalance": True, "fastrecover.store.url": store_url})
-
-
-def steady_once(
-    bootstrap: str, topic: str, variant: str, api: str, records: int, store_url: str, batch: int = 500
+def steady_run(
+    bootstrap: str,
+    topic: str,
+    mode: str,
+    api: str,
+    pattern: str,
+    records: int,
+    store_url: str,
+    timeout_s: float,
+    log_file: TextIO,
 ) -> dict[str, float]:
-    """Read ``records`` records of a pre-filled topic; the clock starts at the first record (join excluded).
+    """One steady-state run in its own process (``python -m fastrecover.bench.steady``).
 
-    The loop is what every application does at least: check error(), read value().
+    A process per run: no run inherits another's librdkafka threads or heap,
+    and the process exits without ``close()``, which waits for every commit
+    still in flight (minutes, after a million async commits on a busy broker)
+    and measures nothing.
     """
-    consumer = make_steady_consumer(variant, bootstrap, store_url)
+    args = ["--bootstrap", bootstrap, "--topic", topic, "--mode", mode, "--api", api, "--pattern", pattern]
+    args += ["--records", str(records), "--timeout", str(timeout_s)]
+    with _store_url_in_environment(store_url if mode == "fastrecover" else None):
+        worker = EventProcess("fastrecover.bench.steady", args, log_file)
     try:
-        consumer.subscribe([topic])
-        got = 0
-        deadline = time.monotonic() + 60
-        while got == 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"steady {variant}/{api}: no record within 60 s")
-            for msg in consumer.consume(batch, 0.5):
-                if msg.error() is None:
-                    got += 1
-        first = got
-        wall0, cpu0 = time.perf_counter(), time.thread_time()
-        if api == "poll":
-            while got < records:
-                msg = consumer.poll(1.0)
-                if msg is None or msg.error() is not None:
-                    continue
-                msg.value()
-                got += 1
-        else:
-            while got < records:
-                for msg in consumer.consume(batch, 1.0):
-                    if msg.error() is not None:
-                        continue
-                    msg.value()
-                    got += 1
-        wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
+        event = _wait_event(worker, "result", timeout_s + 90, log_file)
     finally:
-        consumer.close()
-    measured = got - first
-    return {"records_per_s": measured / wall, "cpu_us_per_record": cpu / measured * 1e6, "records": measured}
+        worker.kill(signal.SIGKILL, timeout=30)
+    if "error" in event:
+        raise RuntimeError(str(event["error"]))
+    return {k: float(event[k]) for k in ("records_per_s", "cpu_us_per_record", "process_cpu_us_per_record", "records")}
 
 
 # -- store ------------------------------------------------------------------------------------------

@@ -7,14 +7,18 @@ or above it was produced after the restart (live).  Events, one JSON line each
 on stdout, with wall-clock ``t``:
 
 * ``started``: the consumer object exists (imports, store opened);
+* ``subscribed``: just before ``subscribe()``: the drain rate is measured from
+  here, so group join and fastrecover's recovery count for both consumers;
 * ``joined``: the group handed out partitions (fastrecover: before its recovery
-  runs; plain: same moment as ``assigned``);
+  runs, when the consumer still has the private hook ``_recover`` this wraps;
+  otherwise, and for plain, the same moment as ``assigned``);
 * ``assigned``: the application's on_assign ran (fastrecover: recovery done);
 * ``fresh``: the first live record was delivered;
 * ``lag_drained``: every lag record was delivered;
 * ``drained``: every lag record and every live record the driver announced
   (``live N`` on stdin once it stopped producing) were delivered;
-* ``stats`` (on exit): peak/base RSS, an RSS time series, the child's largest queue.
+* ``stats`` (once drained, else on exit): peak/base RSS, an RSS time series, the
+  child's largest queue.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ import time
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
+
+from fastrecover.bench import profiling
+from fastrecover.bench.patterns import PATTERNS, busy, consumer_config, hooks
+
+#: The store URL comes in the environment, never in argv (``ps`` shows argv; a URL may hold a password).
+STORE_URL_ENV = "FASTRECOVER_BENCH_STORE_URL"
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -66,10 +76,25 @@ class _Sampler(threading.Thread):
             self.peak = max(self.peak, rss)
             self.series.append((round(time.monotonic() - self.t0, 2), round(rss, 1)))
             # Diagnostic only: how full the child's bounded queue got (back-pressure at work).
-            child = getattr(self.consumer, "_child", None)
-            if child is not None:
-                self.max_queue = max(self.max_queue, int(child.pending()))
+            pending = getattr(getattr(self.consumer, "_child", None), "pending", None)
+            if callable(pending):
+                self.max_queue = max(self.max_queue, int(pending()))
             self.stop.wait(self.interval)
+
+
+def _emit_stats(sampler: _Sampler, base_rss: float, lag_seen: int, live_seen: int, assignments: int) -> None:
+    sampler.stop.set()
+    sampler.join(2)
+    _emit(
+        "stats",
+        base_rss_mib=round(base_rss, 1),
+        peak_rss_mib=round(max(sampler.peak, rss_mib()), 1),
+        max_child_queue=sampler.max_queue,
+        lag=lag_seen,
+        live=live_seen,
+        assignments=assignments,
+        series=sampler.series[:: max(1, len(sampler.series) // 400)],
+    )
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -78,7 +103,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--topic", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--mode", choices=["plain", "fastrecover"], required=True)
-    p.add_argument("--store-url")
+    p.add_argument(
+        "--pattern", default="auto", choices=sorted(PATTERNS), help="how the worker commits (bench/patterns.py)"
+    )
     p.add_argument("--lag-end", required=True, help="partition:offset,... where the lag ends")
     p.add_argument("--work-us", type=int, default=0, help="busy work per record (µs)")
     p.add_argument("--batch", type=int, default=500)
@@ -94,16 +121,19 @@ def run(argv: list[str] | None = None) -> int:
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 1000,
+        # librdkafka's default session (45 s): per-message async commits can hold heartbeats back for
+        # seconds behind thousands of OffsetCommit requests, and a lost session would rebalance mid-run.
+        **consumer_config(args.pattern),
     }
     consumer: Any
+    hooked = False
     if args.mode == "fastrecover":
         from fastrecover.consumer import Consumer
 
         config.update({"enable.parallel.rebalance": True, "fastrecover.backfill.min.offsets": 1})
-        if args.store_url:
-            config["fastrecover.store.url"] = args.store_url
+        store_url = os.environ.get(STORE_URL_ENV)
+        if store_url:
+            config["fastrecover.store.url"] = store_url
         consumer = Consumer(config)
         recover = getattr(consumer, "_recover", None)
         if recover is not None:  # bench instrumentation: time the group join apart from the recovery
@@ -113,6 +143,7 @@ def run(argv: list[str] | None = None) -> int:
                 return recover(partitions)
 
             consumer._recover = timed_recover
+            hooked = True
     else:
         consumer = PlainConsumer(config)
     base_rss = rss_mib()
@@ -132,11 +163,17 @@ def run(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
 
+    assignments: list[int] = []  # more than one: the run rebalanced (and may count redelivered records)
+
     def on_assign(_c: Any, partitions: list[Any]) -> None:
-        if args.mode == "plain":
+        assignments.append(len(partitions))
+        if args.mode == "plain" or not hooked:
             _emit("joined", partitions=len(partitions))
         _emit("assigned", partitions=[[tp.partition, tp.offset] for tp in partitions])
 
+    on_message, on_batch = hooks(consumer, args.pattern)
+    profiler = profiling.start()
+    _emit("subscribed")
     consumer.subscribe([args.topic], on_assign=on_assign)
     lag_seen = live_seen = 0
     fresh = lag_done = drained = False
@@ -148,9 +185,9 @@ def run(argv: list[str] | None = None) -> int:
                 continue
             msg.value()
             if work_s:
-                end = time.perf_counter() + work_s
-                while time.perf_counter() < end:
-                    pass
+                busy(work_s)
+            if on_message is not None:
+                on_message(msg)
             if msg.offset() < lag_end.get(msg.partition(), 0):
                 lag_seen += 1
             else:
@@ -158,23 +195,18 @@ def run(argv: list[str] | None = None) -> int:
                 if not fresh:
                     fresh = True
                     _emit("fresh", partition=msg.partition(), offset=msg.offset(), produced_ms=msg.timestamp()[1])
+        if batch and on_batch is not None:
+            on_batch()
         if not lag_done and lag_seen >= lag_total:
             lag_done = True
             _emit("lag_drained", lag=lag_seen, live=live_seen)
         if lag_done and not drained and live_expected and live_seen >= live_expected[-1]:
             drained = True
             _emit("drained", lag=lag_seen, live=live_seen)
-    sampler.stop.set()
-    sampler.join(2)
-    _emit(
-        "stats",
-        base_rss_mib=round(base_rss, 1),
-        peak_rss_mib=round(max(sampler.peak, rss_mib()), 1),
-        max_child_queue=sampler.max_queue,
-        lag=lag_seen,
-        live=live_seen,
-        series=sampler.series[:: max(1, len(sampler.series) // 400)],
-    )
+            profiling.save(profiler, f"restart-{args.mode}-{args.pattern}-w{args.work_us}")
+            _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))
+    if not drained:
+        _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))
     consumer.close()
     _emit("closed")
     return 0

@@ -8,20 +8,26 @@ from typing import Any
 import pytest
 
 from fastrecover.bench.report import (
+    NOISY_MARK,
     TABLE_END,
     TABLE_START,
     Stat,
-    drain_table,
+    evaluate_goals,
+    failed_cells,
     fmt_ratio,
     format_report,
+    goals_table,
     lag_items,
     markdown_table,
+    noisy_cells,
     paired_ratios,
     ratio,
     replace_between_markers,
+    restart_table,
     steady_table,
     store_table,
     ttf_table,
+    work_table,
 )
 
 
@@ -40,8 +46,9 @@ def test_stat_round_trips_through_json_dict() -> None:
 
 
 def test_cell_formats_median_and_range() -> None:
-    assert Stat.of([1.0, 2.0, 3.0]).cell(1) == "2.0 (1.0-3.0)"
-    assert Stat.of([1234.0, 5678.0, 3000.0]).cell(0, thousands=True) == "3,000 (1,234-5,678)"
+    assert Stat.of([1.0, 2.0, 3.0]).cell(1) == "2.0 (1.0-3.0) ⚠"  # repeats 100 % apart: flagged
+    assert Stat.of([1234.0, 5678.0, 3000.0]).cell(0, thousands=True) == "3,000 (1,234-5,678) ⚠"
+    assert Stat.of([100.0, 104.0, 102.0]).cell(0) == "102 (100-104)"
     assert Stat.of([0.5]).cell(2) == "0.50 (n=1)"
 
 
@@ -68,38 +75,49 @@ def _stats(*values: float) -> dict[str, Any]:
     return Stat.of(values).to_dict()
 
 
-def _result() -> dict[str, Any]:
-    mode = {
-        "total_s": _stats(2.0, 2.5, 3.0),
-        "replay_s": _stats(1.0, 1.5, 2.0),
-        "join_s": _stats(1.0),
-        "recovery_s": _stats(0.05),
-    }
-    fast = {**mode, "replay_s": _stats(0.1, 0.2, 0.3)}
+def _restart_cell(
+    plain_rps: float, fast_rps: float, ratio_values: tuple[float, ...], role: str = "drain"
+) -> dict[str, Any]:
     return {
-        "ttf": {
-            "100000": {"plain": mode, "fastrecover": fast},
-            "10000": {"plain": mode, "fastrecover": fast},
-            "measured_at": "now",
+        "plain": {"drain_s": _stats(4.0), "records_per_s": _stats(plain_rps), "total_s": _stats(2.0, 2.5, 3.0)},
+        "fastrecover": {
+            "drain_s": _stats(2.0),
+            "records_per_s": _stats(fast_rps),
+            "total_s": _stats(1.0, 1.1, 1.2),
+            "recovery_s": _stats(0.05),
         },
-        "drain": {
-            "10000": {
-                "plain": {"drain_s": _stats(4.0), "records_per_s": _stats(1000.0)},
-                "fastrecover": {"drain_s": _stats(2.0), "records_per_s": _stats(2000.0)},
-            }
-        },
-        "steady": {
-            "poll": {
-                "raw": {"records_per_s": _stats(100.0), "cpu_us_per_record": _stats(1.0)},
-                "on": {
-                    "records_per_s": _stats(90.0),
-                    "cpu_us_per_record": _stats(1.1),
-                    "ratio_to_raw": _stats(0.9),
-                    "cpu_ratio_to_raw": _stats(0.91),
+        "ratio_records_per_s": _stats(*ratio_values),
+        "ratio_drain_s": _stats(*(1 / v for v in ratio_values)),
+        "errors": {"plain": [], "fastrecover": []},
+        "role": role,
+    }
+
+
+def _result() -> dict[str, Any]:
+    return {
+        "restart": {
+            "patterns": {
+                "auto": {
+                    "10000": _restart_cell(1000.0, 1000.0, (1.0, 1.0, 1.0), role="ttf"),
+                    "100000": _restart_cell(1000.0, 2000.0, (2.0, 2.0, 2.0)),
                 },
+                "msg-sync": {"2000": _restart_cell(1000.0, 600.0, (0.6, 0.62, 0.58))},
             },
             "measured_at": "now",
-            "records": 10,
+        },
+        "steady": {
+            "cells": {
+                "poll/auto": {
+                    "api": "poll",
+                    "pattern": "auto",
+                    "records": 10,
+                    "plain": {"records_per_s": _stats(100.0), "cpu_us_per_record": _stats(1.0)},
+                    "fastrecover": {"records_per_s": _stats(90.0), "cpu_us_per_record": _stats(1.1)},
+                    "cpu_ratio": _stats(0.91),
+                    "wall_ratio": _stats(0.9),
+                }
+            },
+            "measured_at": "now",
         },
         "store": {
             "sqlite": {
@@ -119,24 +137,118 @@ def _result() -> dict[str, Any]:
 
 def test_tables_sort_lags_skip_metadata_and_show_ratios() -> None:
     result = _result()
-    assert [lag for lag, _ in lag_items(result["ttf"])] == ["10000", "100000"]
-    ttf = ttf_table(result["ttf"]).splitlines()
-    assert len(ttf) == 4  # header, separator, two lags; measured_at is not a row
-    assert ttf[2].startswith("| 10,000 | 1.500 (1.000-2.000) | 0.200 (0.100-0.300) | 7.5x |")
-    drain = drain_table(result["drain"])
-    assert "| 10,000 | 4.00 (n=1) | 2.00 (n=1) | 2.00x |" in drain
-    assert "2.00x |" in drain.splitlines()[-1]
+    auto = result["restart"]["patterns"]["auto"]
+    assert [lag for lag, _ in lag_items(auto)] == ["10000", "100000"]
+    ttf = ttf_table(result["restart"]).splitlines()
+    assert len(ttf) == 4  # header, separator, two lags
+    assert ttf[2].startswith("| 10,000 | 2.50 (2.00-3.00) ⚠ | 1.10 (1.00-1.20) ⚠ | 2.3x |")
+    restart = restart_table(result["restart"])
+    assert "| auto: auto-commit | 100,000 | 4.00 (n=1) | 2.00 (n=1) | 1,000 (n=1) | 2,000 (n=1) |" in restart
+    assert "| 2.00 (2.00-2.00) |" in restart  # paired ratio, no flag: the repeats agree
     steady = steady_table(result["steady"])
-    assert "fastrecover, mode on (no open range)" in steady and "0.910 (n=1)" in steady
+    assert "poll, auto: auto-commit" in steady and "0.910 (n=1)" in steady
     store = store_table(result["store"])
     assert "| postgresql | n/a |" in store and "| sqlite | per-message | 200 (n=1) |" in store
 
 
 def test_format_report_has_only_the_sections_present() -> None:
     text = format_report(_result())
-    assert "Time to fresh data" in text and "Cost of the range store" in text
-    assert "Memory while backfilling" not in text
+    assert "Time to fresh data" in text and "Cost of the range store" in text and "per commit pattern" in text
+    assert "Memory while backfilling" not in text and "With CPU work" not in text
     assert format_report({}) == ""
+
+
+def test_spread_is_range_over_median_and_flags_above_ten_percent() -> None:
+    assert Stat.of([1.0, 1.05, 1.1]).spread == pytest.approx(0.1 / 1.05)
+    assert not Stat.of([1.0, 1.05, 1.1]).noisy()
+    assert Stat.of([1.0, 1.2, 1.05]).noisy()
+    assert Stat.of([1.0]).spread is None and not Stat.of([1.0]).noisy()
+    assert Stat.of([]).spread is None
+    assert NOISY_MARK in Stat.of([1.0, 2.0]).cell(1)
+    assert NOISY_MARK not in Stat.of([1.0, 1.01]).cell(1)
+
+
+def _goal(goals: list[Any], prefix: str) -> Any:
+    found = [g for g in goals if g.name.startswith(prefix)]
+    assert len(found) == 1, [g.name for g in goals]
+    return found[0]
+
+
+def test_goals_met_missed_and_not_measured() -> None:
+    goals = evaluate_goals(_result())
+    auto = _goal(goals, "drain records/s, auto, lag 100,000")
+    assert (auto.value, auto.threshold, auto.met) == (2.0, 0.95, True)
+    # the 10k auto lag exists for time to fresh only: no drain goal on it
+    assert not [g for g in goals if g.name.startswith("drain records/s, auto, lag 10,000")]
+    sync = _goal(goals, "drain records/s, msg-sync, lag 2,000")
+    assert sync.threshold == 0.5 and sync.met is True and sync.value == pytest.approx(0.6)
+    # patterns not in the result: one unmeasured goal each, never a silent pass
+    for pattern in ("msg-async", "batch-async", "store"):
+        assert _goal(goals, f"drain records/s, {pattern}:").met is None
+    poll = _goal(goals, "steady state, poll")
+    assert poll.value == pytest.approx(0.91) and poll.met is False
+    assert _goal(goals, "steady state, consume").met is None
+    assert _goal(goals, "20 µs work").met is None
+    ttf = _goal(goals, "time to fresh flat")
+    assert ttf.value == pytest.approx(1.0) and ttf.met is True and "100,000 / 10,000" in ttf.name
+
+
+def test_goal_thresholds_are_inclusive_and_failures_miss_the_goal() -> None:
+    result = _result()
+    result["work"] = {
+        "work_us": 20,
+        "lag": 1000,
+        "pattern": "msg-async",
+        "ratio_drain_s": _stats(1.05),
+        "errors": {"plain": [], "fastrecover": []},
+    }
+    assert _goal(evaluate_goals(result), "20 µs work").met is True
+    result["work"]["ratio_drain_s"] = _stats(1.06)
+    assert _goal(evaluate_goals(result), "20 µs work").met is False
+    cell = result["restart"]["patterns"]["auto"]["100000"]
+    cell["errors"]["fastrecover"] = ["RuntimeError: worker died\nStateError: commit of partitions not assigned"]
+    auto = _goal(evaluate_goals(result), "drain records/s, auto, lag 100,000")
+    assert auto.value == 2.0 and auto.met is False and auto.failures == 1
+    assert failed_cells(result) == [
+        "restart auto lag 100,000 fastrecover: 1 failed, first: StateError: commit of partitions not assigned"
+    ]
+    table = goals_table([g.to_dict() for g in evaluate_goals(result)])
+    assert "**no** (1 failed run)" in table
+    goals = [g.to_dict() for g in evaluate_goals(result)]
+    assert "Failed or disturbed runs" in format_report({**result, "goals": goals})
+
+
+def test_ttf_goal_uses_largest_over_smallest_lag() -> None:
+    result = _result()
+    big = _restart_cell(1.0, 1.0, (1.0,))
+    big["fastrecover"]["total_s"] = _stats(1.8)
+    result["restart"]["patterns"]["auto"]["1000000"] = big
+    ttf = _goal(evaluate_goals(result), "time to fresh flat")
+    assert "1,000,000 / 10,000" in ttf.name
+    assert ttf.value == pytest.approx(1.8 / 1.1) and ttf.met is False
+
+
+def test_noisy_cells_name_every_flagged_figure() -> None:
+    result = _result()
+    result["steady"]["cells"]["poll/auto"]["plain"]["cpu_us_per_record"] = _stats(1.0, 1.5)
+    noisy = noisy_cells(result)
+    assert "steady poll/auto plain cpu_us_per_record" in noisy
+    assert not [n for n in noisy if n.startswith("restart")]
+
+
+def test_work_table_row() -> None:
+    work = {
+        "work_us": 20,
+        "lag": 200_000,
+        "pattern": "msg-async",
+        "plain": {"drain_s": _stats(5.0)},
+        "fastrecover": {"drain_s": _stats(5.1)},
+        "ratio_drain_s": _stats(1.02),
+    }
+    assert (
+        "| msg-async: commit(message=m, asynchronous=True) per record | 200,000 | 20 | 5.00 (n=1) | 5.10 (n=1) |"
+        in (work_table(work))
+    )
 
 
 def test_replace_between_markers() -> None:
@@ -154,3 +266,11 @@ def test_percentile_and_stat_handle_single_values() -> None:
     assert _percentile([5.0], 99) == 5.0
     assert _percentile([1.0, 2.0, 3.0, 4.0], 50) in (2.0, 3.0)
     assert math.isnan(_percentile([], 50))
+
+
+def test_rebalanced_runs_are_listed() -> None:
+    result = _result()
+    result["restart"]["patterns"]["auto"]["100000"]["rebalanced"] = {"plain": 0, "fastrecover": 2}
+    assert failed_cells(result) == [
+        "restart auto lag 100,000 fastrecover: 2 run(s) rebalanced mid-run (records redelivered; figures suspect)"
+    ]
