@@ -10,7 +10,6 @@ it while live records flow; a stall; several members sharing the ranges.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
-from fastrecover.testing.broker import create_topic, delete_topic, group_is_empty, produce
+from fastrecover.testing.broker import group_is_empty, produce
 from fastrecover.testing.waiting import wait_for
 from tests.integration.dropin import make_lag
 from tests.integration.procs import WorkerProcess
@@ -28,22 +27,6 @@ pytestmark = pytest.mark.integration
 
 SHIM = "tests.integration.kip848_worker"
 MAX_POLL_MS = 6000
-
-
-@pytest.fixture
-def kip_topic(kip848_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Topics on the KIP-848 broker (which may be a private one, so topic_factory does not apply)."""
-    made: list[str] = []
-
-    def make(partitions: int = 1) -> str:
-        name = f"t-kip848-{request.node.name[:30]}-{uuid.uuid4().hex[:8]}".replace("[", "-").replace("]", "")
-        create_topic(kip848_bootstrap, name, partitions)
-        made.append(name)
-        return name
-
-    yield make
-    for name in made:
-        delete_topic(kip848_bootstrap, name, timeout=20.0)
 
 
 def _config(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[str, Any]:
@@ -82,10 +65,10 @@ def _drain(consumer: Consumer, sink: list[Message], done: Any, timeout: float, w
 
 
 def test_kip_story_with_the_consumer_group_protocol(
-    kip848_bootstrap: str, kip_topic: Any, tmp_path: Path, store_url: str
+    kip848_bootstrap: str, kip848_topic_factory: Any, tmp_path: Path, store_url: str
 ) -> None:
     bootstrap = kip848_bootstrap
-    topic = kip_topic(1)
+    topic = kip848_topic_factory(1)
     group = f"g-kip848-{uuid.uuid4().hex[:8]}"
     produce(bootstrap, topic, [f"r{i}" for i in range(100)], partition=0)
     worker = WorkerProcess(
@@ -148,12 +131,12 @@ def test_kip_story_with_the_consumer_group_protocol(
 
 
 def test_several_members_share_the_lag_and_every_record_is_delivered(
-    kip848_bootstrap: str, kip_topic: Any, tmp_path: Path
+    kip848_bootstrap: str, kip848_topic_factory: Any, tmp_path: Path
 ) -> None:
     """Three partitions with a lag each; two members, then a third joins mid-backfill."""
     bootstrap = kip848_bootstrap
     partitions, committed, log_end = 3, 100, 4000
-    topic = kip_topic(partitions)
+    topic = kip848_topic_factory(partitions)
     group = f"g-kip848-members-{uuid.uuid4().hex[:8]}"
     store_url = f"sqlite:///{tmp_path / 'ranges.db'}"
     make_lag(bootstrap, topic, group, committed=committed, log_end=log_end, partitions=partitions)
