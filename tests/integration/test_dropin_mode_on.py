@@ -138,7 +138,11 @@ def test_commit_of_a_revoked_partition_is_accepted(
     assert got["on"] == got["plain"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: a raising on_assign leaves _assigned empty; commits raise StateError")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 10: a raising on_assign leaves _assigned empty (commit(offsets) raises StateError) and the primary "
+    "at the committed offset (the lag is read twice)",
+)
 def test_commit_after_a_raising_on_assign_is_accepted(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -167,8 +171,17 @@ def test_commit_after_a_raising_on_assign_is_accepted(
                 return bool(s)
 
             wait_for(step, 30, 0.001, "records after the raising on_assign")
-            result = outcome(lambda c=consumer, m=seen[-1]: c.commit(message=m, asynchronous=False))
-            got[flavour] = (len(raised), result.kind, result.exc_type)
+            last = seen[-1]
+            by_message = outcome(lambda c=consumer, m=last: c.commit(message=m, asynchronous=False))
+            by_offsets = outcome(
+                lambda c=consumer, m=last: c.commit(
+                    offsets=[TopicPartition(topic, 0, m.offset() + 1)], asynchronous=False
+                )
+            )
+            _records(consumer, seen, lambda s=seen: set(range(COMMITTED, LOG_END)) <= set(_offsets(s)), 60, "the lag")
+            _quiet(consumer, seen)
+            extra = len(seen) - len(set(_offsets(seen)))
+            got[flavour] = (len(raised), _shape(by_message)[:2], _shape(by_offsets)[:2], extra)
         finally:
             consumer.close()
     assert got["on"] == got["plain"]
@@ -361,14 +374,13 @@ def test_partition_eof_means_the_application_has_everything(
         group = _lag(bootstrap, topic, unique_group, flavour, partitions=2)
         consumer = make(flavour, base_config(bootstrap, group, **{"enable.partition.eof": True}), tmp_path)
         offsets: dict[int, set[int]] = {0: set(), 1: set()}
-        at_eof: set[int] = set()
+        at_eof: set[int] = set()  # the application's loop: read until every partition reported EOF
 
         def step(c: Any = consumer, o: dict[int, set[int]] = offsets, eof: set[int] = at_eof) -> bool:
             for m in c.consume(200, 0.2):
                 err = m.error()
                 if err is None:
                     o[m.partition()].add(m.offset())
-                    eof.discard(m.partition())
                 elif err.code() == KafkaError._PARTITION_EOF:
                     eof.add(m.partition())
             return eof == {0, 1}
@@ -562,15 +574,18 @@ def test_stats_cb_runs_on_the_callers_thread_and_a_raise_does_not_stall_backfill
                 seen.extend(m for m in consumer.consume(200, 0.2) if m.error() is None)
             except ZeroDivisionError:
                 raised += 1
-            return set(range(COMMITTED, LOG_END)) <= set(_offsets(seen)) and calls["n"] > 3
+            # plain drops the records of a consume() whose callback raised, so "every record" is not the
+            # reference; reaching the end of the lag (which only the backfill delivers in mode on) is
+            return LOG_END - 1 in _offsets(seen) and calls["n"] > 3
 
-        wait_for(step, 60, 0.001, "every record despite a raising stats_cb")
+        wait_for(step, 60, 0.001, "the end of the lag despite a raising stats_cb")
     finally:
         consumer.close()
     assert raised >= 1, "the callback's exception reaches the application, as with plain"
     assert threads == {threading.get_ident()}, "stats_cb runs on the thread that calls poll()/consume()"
 
 
+@pytest.mark.xfail(strict=True, reason="issue 10: fastrecover.child.* keys reach the child unchecked; it dies on start")
 def test_unknown_child_key_is_rejected_at_construction(bootstrap: str, unique_group: str, tmp_path: Path) -> None:
     conf = flavour_config("on", base_config(bootstrap, unique_group), tmp_path)
     with pytest.raises(ConfigError, match=r"no\.such\.property"):

@@ -87,7 +87,7 @@ def test_kip_story_with_the_consumer_group_protocol(
     finally:
         worker.sigkill()  # the crash at offset 100
     assert _kafka_offsets(bootstrap, group, topic, 1) == [70]
-    log_end = 5000
+    log_end = 40_000  # the lag
     produce(bootstrap, topic, [f"r{i}" for i in range(100, log_end)], partition=0)  # the lag
     wait_for(lambda: group_is_empty(bootstrap, group), 30, 0.2, "the killed member to be fenced")
 
