@@ -25,6 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 
 import fastrecover
 from fastrecover.errors import ConfigError
+from fastrecover.testing.broker import produce
 from fastrecover.testing.waiting import Deadline, wait_for
 from tests.integration.dropin import (
     Outcome,
@@ -45,11 +46,17 @@ BOTH = ("plain", "on")
 
 
 def _lag(bootstrap: str, topic: str, group: str, flavour: str, partitions: int = 1, log_end: int = LOG_END) -> str:
-    """The crash state for ``flavour``'s own group (``group-flavour``); records produced once per topic."""
+    """The crash state for ``flavour``'s own group (``group-flavour``); the records are produced once per topic."""
     g = f"{group}-{flavour}"
-    if flavour == "plain":
+    probe = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": g})
+    try:
+        _low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        probe.close()
+    if high == 0:
         make_lag(bootstrap, topic, g, committed=COMMITTED, log_end=log_end, partitions=partitions)
     else:
+        assert high == log_end, f"{topic} holds {high} records, not {log_end}"
         commit_offsets(bootstrap, g, [TopicPartition(topic, p, COMMITTED) for p in range(partitions)])
     return g
 
@@ -190,7 +197,13 @@ def test_commit_after_a_raising_on_assign_is_accepted(
 @pytest.mark.parametrize(
     "lag",
     [
-        pytest.param(False, id="no-backfill"),
+        pytest.param(
+            False,
+            id="no-backfill",
+            marks=pytest.mark.xfail(
+                strict=True, reason="issue 10: commit() builds its own offset list; an empty one returns []"
+            ),
+        ),
         pytest.param(
             True,
             id="backfill",
@@ -377,12 +390,14 @@ def test_partition_eof_means_the_application_has_everything(
         at_eof: set[int] = set()  # the application's loop: read until every partition reported EOF
 
         def step(c: Any = consumer, o: dict[int, set[int]] = offsets, eof: set[int] = at_eof) -> bool:
-            for m in c.consume(200, 0.2):
-                err = m.error()
-                if err is None:
-                    o[m.partition()].add(m.offset())
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
+            m = c.poll(0.2)  # one record per call, as most applications read
+            if m is None:
+                return False
+            err = m.error()
+            if err is None:
+                o[m.partition()].add(m.offset())
+            elif err.code() == KafkaError._PARTITION_EOF:
+                eof.add(m.partition())
             return eof == {0, 1}
 
         try:
@@ -401,10 +416,10 @@ def test_partition_eof_means_the_application_has_everything(
 
 
 def _restart_delivers_the_rest(
-    flavour: str, bootstrap: str, group: str, topic: str, tmp_path: Path, processed: set[int]
+    flavour: str, bootstrap: str, group: str, topic: str, tmp_path: Path, processed: set[int], log_end: int = LOG_END
 ) -> None:
     """A new incarnation in the same group and store delivers every record the first did not process."""
-    wanted = set(range(COMMITTED, LOG_END))
+    wanted = set(range(COMMITTED, log_end))
     consumer = make(flavour, base_config(bootstrap, group), tmp_path)
     again: list[Message] = []
     try:
@@ -515,20 +530,33 @@ def test_plain_consumer_taking_over_after_close_mid_backfill_gets_every_unproces
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(partitions=1)
-    group = _lag(bootstrap, topic, unique_group, "on", log_end=LOG_END)
+    group = f"{unique_group}-on"
+    make_lag(bootstrap, topic, group, committed=COMMITTED, log_end=LOG_END)
+    fresh = 100  # live records after the restart: the primary commits them, past the open range
     ours = make("on", base_config(bootstrap, group), tmp_path)
     processed: set[int] = set()
     try:
         ours.subscribe([topic])
         seen: list[Message] = []
-        _records(ours, seen, lambda: len([o for o in _offsets(seen) if o < LOG_END]) >= 300, 30, "300 records")
+        _records(ours, seen, lambda: bool(ours.recoveries), 30, "recovery")
+        produce(bootstrap, topic, [f"fresh{i}" for i in range(fresh)], partition=0)
+        _records(
+            ours,
+            seen,
+            lambda: (
+                set(range(LOG_END, LOG_END + fresh)) <= set(_offsets(seen))
+                and len([o for o in _offsets(seen) if o < LOG_END]) >= 300
+            ),
+            30,
+            "the fresh records and 300 of the lag",
+        )
         for m in seen:
             ours.commit(message=m, asynchronous=False)
         processed = set(_offsets(seen))
         assert not set(range(COMMITTED, LOG_END)) <= processed, "closing mid-backfill needs an unfinished backfill"
     finally:
         ours.close()
-    _restart_delivers_the_rest("plain", bootstrap, group, topic, tmp_path, processed)
+    _restart_delivers_the_rest("plain", bootstrap, group, topic, tmp_path, processed, LOG_END + fresh)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,14 +602,18 @@ def test_stats_cb_runs_on_the_callers_thread_and_a_raise_does_not_stall_backfill
                 seen.extend(m for m in consumer.consume(200, 0.2) if m.error() is None)
             except ZeroDivisionError:
                 raised += 1
-            # plain drops the records of a consume() whose callback raised, so "every record" is not the
-            # reference; reaching the end of the lag (which only the backfill delivers in mode on) is
-            return LOG_END - 1 in _offsets(seen) and calls["n"] > 3
+            if flavour == "plain":
+                # plain drops the records of a consume() whose callback raised (confluent-kafka's own
+                # behaviour): its reference is only that reading goes on once the callback stops raising
+                return calls["n"] > 3 and raised >= 1 and len(seen) > 0 and seen[-1].offset() > seen[0].offset()
+            # mode on: the backfill's records are fastrecover's to deliver (a failed call gives back
+            # what it took); a raise must not stall the child for good
+            return set(range(COMMITTED, LOG_END)) <= set(_offsets(seen)) and calls["n"] > 3
 
-        wait_for(step, 60, 0.001, "the end of the lag despite a raising stats_cb")
+        wait_for(step, 60, 0.001, "reading to go on despite a raising stats_cb")
     finally:
         consumer.close()
-    assert raised >= 1, "the callback's exception reaches the application, as with plain"
+    assert raised >= 1, "the callback's exception reaches the application"
     assert threads == {threading.get_ident()}, "stats_cb runs on the thread that calls poll()/consume()"
 
 
