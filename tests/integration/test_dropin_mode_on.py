@@ -11,6 +11,7 @@ and which exceptions it saw.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -49,8 +50,14 @@ def _lag(bootstrap: str, topic: str, group: str, flavour: str, partitions: int =
     """The crash state for ``flavour``'s own group (``group-flavour``); the records are produced once per topic."""
     g = f"{group}-{flavour}"
     probe = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": g})
-    try:
-        _low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    try:  # a topic created a moment ago may still answer NOT_LEADER_FOR_PARTITION
+        _low, high = wait_for(
+            lambda: probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=5),
+            30,
+            0.2,
+            f"the watermarks of {topic}",
+            ignore=(KafkaException,),
+        )
     finally:
         probe.close()
     if high == 0:
@@ -185,7 +192,13 @@ def test_commit_after_a_raising_on_assign_is_accepted(
                     offsets=[TopicPartition(topic, 0, m.offset() + 1)], asynchronous=False
                 )
             )
-            _records(consumer, seen, lambda s=seen: set(range(COMMITTED, LOG_END)) <= set(_offsets(s)), 60, "the lag")
+            _records(
+                consumer,
+                seen,
+                lambda s=seen: set(range(COMMITTED, LOG_END)) <= set(_offsets(s)),
+                60,
+                f"the lag ({flavour})",
+            )
             _quiet(consumer, seen)
             extra = len(seen) - len(set(_offsets(seen)))
             got[flavour] = (len(raised), _shape(by_message)[:2], _shape(by_offsets)[:2], extra)
@@ -282,9 +295,9 @@ def test_pause_of_every_partition_stops_backfill_records(
             _records(
                 consumer,
                 seen,
-                lambda s=seen + paused: all(set(range(COMMITTED, LOG_END)) <= set(_offsets(s, p)) for p in (0, 1)),
+                lambda s=seen, q=paused: all(set(range(COMMITTED, LOG_END)) <= set(_offsets(s + q, p)) for p in (0, 1)),
                 90,
-                "every record after resume",
+                f"every record after resume ({flavour})",
             )
         finally:
             consumer.close()
@@ -615,6 +628,52 @@ def test_stats_cb_runs_on_the_callers_thread_and_a_raise_does_not_stall_backfill
         consumer.close()
     assert raised >= 1, "the callback's exception reaches the application"
     assert threads == {threading.get_ident()}, "stats_cb runs on the thread that calls poll()/consume()"
+
+
+class _ThreadRecorder(logging.Handler):
+    """Records which threads the ``logger`` callback ran on."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.threads: set[int] = set()
+        self.lines = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.threads.add(threading.get_ident())
+        self.lines += 1
+
+
+@pytest.mark.parametrize(
+    "flavour",
+    [
+        "plain",
+        pytest.param(
+            "on",
+            marks=pytest.mark.xfail(strict=True, reason="issue 10: the child thread's consumer gets the same logger"),
+        ),
+    ],
+)
+def test_logger_runs_on_the_callers_thread(
+    flavour: str, bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
+) -> None:
+    """librdkafka's log lines reach the ``logger`` from poll()/consume(), on the caller's thread (plain)."""
+    topic = topic_factory(partitions=1)
+    group = _lag(bootstrap, topic, unique_group, flavour)
+    recorder = _ThreadRecorder()
+    logger = logging.getLogger(f"test.rdkafka.{unique_group}.{flavour}")
+    logger.addHandler(recorder)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    consumer = make(flavour, base_config(bootstrap, group, logger=logger, debug="consumer,fetch"), tmp_path)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        seen: list[Message] = []
+        _records(consumer, seen, lambda: set(range(COMMITTED, LOG_END)) <= set(_offsets(seen)), 60, "the lag")
+    finally:
+        consumer.close()
+        logger.removeHandler(recorder)
+    assert recorder.lines > 0
+    assert recorder.threads == {threading.get_ident()}, "logger runs on the thread that calls poll()/consume()"
 
 
 @pytest.mark.xfail(strict=True, reason="issue 10: fastrecover.child.* keys reach the child unchecked; it dies on start")
