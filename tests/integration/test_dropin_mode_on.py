@@ -22,7 +22,7 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 import fastrecover
 from fastrecover.errors import ConfigError
