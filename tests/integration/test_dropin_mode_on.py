@@ -195,11 +195,13 @@ def test_commit_after_a_raising_on_assign_is_accepted(
             _records(
                 consumer,
                 seen,
-                lambda s=seen: set(range(COMMITTED, LOG_END)) <= set(_offsets(s)),
+                lambda s=seen: LOG_END - 1 in _offsets(s),
                 60,
-                f"the lag ({flavour})",
+                f"the end of the lag ({flavour})",
             )
             _quiet(consumer, seen)
+            # plain drops the records of the consume() whose callback raised (confluent-kafka's own
+            # behaviour), so the reference is how often records come twice, not that all of them come
             extra = len(seen) - len(set(_offsets(seen)))
             got[flavour] = (len(raised), _shape(by_message)[:2], _shape(by_offsets)[:2], extra)
         finally:
