@@ -440,7 +440,7 @@ def _restart_delivers_the_rest(
     try:
         consumer.subscribe([topic])
         with contextlib.suppress(AssertionError, TimeoutError):  # the assertion below names what is missing
-            _records(consumer, again, lambda: wanted <= processed | set(_offsets(again)), 60, "the unprocessed records")
+            _records(consumer, again, lambda: wanted <= processed | set(_offsets(again)), 30, "the unprocessed records")
     finally:
         consumer.close()
     missing = sorted(wanted - processed - set(_offsets(again)))
@@ -625,7 +625,7 @@ def test_stats_cb_runs_on_the_callers_thread_and_a_raise_does_not_stall_backfill
             # what it took); a raise must not stall the child for good
             return set(range(COMMITTED, LOG_END)) <= set(_offsets(seen)) and calls["n"] > 3
 
-        wait_for(step, 60, 0.001, "reading to go on despite a raising stats_cb")
+        wait_for(step, 30, 0.001, "reading to go on despite a raising stats_cb")
     finally:
         consumer.close()
     assert raised >= 1, "the callback's exception reaches the application"
