@@ -585,7 +585,9 @@ def test_plain_consumer_taking_over_after_close_mid_backfill_gets_every_unproces
         pytest.param(
             "on",
             marks=pytest.mark.xfail(
-                strict=True, reason="issue 10: stats_cb also runs on the child's thread; raising there kills the child"
+                strict=True,
+                reason="issue 10: stats_cb also runs on the child thread (a raise kills it); a raise inside "
+                "consume() drops the child records that call took",
             ),
         ),
     ],
