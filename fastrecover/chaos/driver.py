@@ -103,6 +103,8 @@ class ChaosConfig:
     group: str | None = None
     topic_names: Sequence[str] | None = None
     worker_args: Sequence[str] = ()
+    #: the member process's module (tests swap in a shim, e.g. for group.protocol=consumer)
+    worker_module: str = "fastrecover.testing.worker"
 
     def __post_init__(self) -> None:
         if self.cycles < 0 or self.members < 1 or self.topics < 1 or self.partitions < 1:
@@ -144,7 +146,15 @@ class ChaosResult:
 class WorkerProc:
     """One incarnation: the worker subprocess and the events it printed (also saved to a file)."""
 
-    def __init__(self, name: str, argv: list[str], workdir: Path, env: dict[str, str], commit_mode: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        workdir: Path,
+        env: dict[str, str],
+        commit_mode: str = "",
+        module: str = "fastrecover.testing.worker",
+    ) -> None:
         self.name = name
         self.commit_mode = commit_mode
         self.member = name.split("#", 1)[0]
@@ -154,7 +164,7 @@ class WorkerProc:
         self._events_file = open(workdir / "events" / f"{safe}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self.started_ms = int(time.time() * 1000)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fastrecover.testing.worker", *argv, "--ledger", str(self.ledger)],
+            [sys.executable, "-m", module, *argv, "--ledger", str(self.ledger)],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,
@@ -348,7 +358,7 @@ class ChaosDriver:
         if faults and self.faults_for is not None:
             argv += self.faults_for(self, name)
         argv += [*extra, "--member", name]
-        proc = WorkerProc(name, argv, self.workdir, self._env, mode)
+        proc = WorkerProc(name, argv, self.workdir, self._env, mode, module=self.config.worker_module)
         self.procs.append(proc)
         member.proc = proc
         member.restart_at = None

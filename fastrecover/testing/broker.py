@@ -58,6 +58,7 @@ from fastrecover.testing.waiting import Deadline, wait_for
 __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_KAFKA_VERSION",
+    "KIP848_BROKER_CONFIG",
     "Broker",
     "ContainerBroker",
     "Delivered",
@@ -82,6 +83,14 @@ DEFAULT_IMAGE = f"apache/kafka:{DEFAULT_KAFKA_VERSION}"
 SCALA_VERSION = "2.13"
 DEFAULT_READY_TIMEOUT = 90.0
 
+#: Broker settings the KIP-848 (group.protocol=consumer) tests need; also in BASE_BROKER_CONFIG.
+KIP848_BROKER_CONFIG: Mapping[str, str] = {
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "3000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "500",
+}
+
 # Settings every broker we launch gets. They favour fast start-up and the
 # short timeouts the tests use over production durability.
 BASE_BROKER_CONFIG: Mapping[str, str] = {
@@ -102,6 +111,10 @@ BASE_BROKER_CONFIG: Mapping[str, str] = {
     # incarnation's session expires (default 9 s); keep that wait short.
     "broker.heartbeat.interval.ms": "1000",
     "broker.session.timeout.ms": "4000",
+    # KIP-848 groups (group.protocol=consumer): session and heartbeat are the broker's settings,
+    # not the client's. The defaults (45 s session, 5 s heartbeat) make every SIGKILL test wait
+    # 45 s for the dead member to be fenced; use the classic tests' 3 s session instead.
+    **KIP848_BROKER_CONFIG,
 }
 
 # Used to prove the group coordinator can serve groups before a broker is

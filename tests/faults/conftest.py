@@ -21,6 +21,9 @@ from fastrecover.chaos.report import format_result
 
 log = logging.getLogger("fastrecover.chaos")
 
+#: Group protocols the most telling fault tests run with (issue 10: KIP-848 groups on the real broker).
+GROUP_PROTOCOLS = ("classic", "consumer")
+
 #: Multiplier of the bounded cycle counts (FASTRECOVER_FAULT_CYCLES=100 runs fault 1 with 100 kills).
 CYCLES = int(os.environ.get("FASTRECOVER_FAULT_CYCLES", "0") or 0)
 
@@ -45,12 +48,22 @@ def chaos_driver(
         store_url: str | None = None,
         bootstrap_servers: str | None = None,
         on_kill: Any = None,
+        group_protocol: str = "classic",
         **kwargs: Any,
     ) -> ChaosDriver:
         servers = bootstrap_servers or bootstrap
         names = None
+        make_topic = topic_factory
+        if group_protocol != "classic":
+            # KIP-848 groups: a broker that fences dead members within seconds, and the worker without
+            # the classic-only client keys librdkafka refuses under group.protocol=consumer
+            if bootstrap_servers is None:
+                servers = request.getfixturevalue("kip848_bootstrap")
+                make_topic = request.getfixturevalue("kip848_topic_factory")
+            kwargs["worker_args"] = [*kwargs.get("worker_args", ()), "--set", f"group.protocol={group_protocol}"]
+            kwargs.setdefault("worker_module", "tests.integration.kip848_worker")
         if bootstrap_servers is None:
-            names = [topic_factory(partitions=partitions) for _ in range(topics)]
+            names = [make_topic(partitions=partitions) for _ in range(topics)]
         seed = int(os.environ.get("FASTRECOVER_CHAOS_SEED", "0")) or zlib.crc32(request.node.name.encode())
         config = ChaosConfig(
             bootstrap=servers,

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.conftest import DriverFactory, cycles, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, cycles, verdict_ok
 
 pytestmark = pytest.mark.faults
 
 
-def test_single_member_kill_restart_loop_loses_nothing(chaos_driver: DriverFactory) -> None:
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
+def test_single_member_kill_restart_loop_loses_nothing(chaos_driver: DriverFactory, group_protocol: str) -> None:
     """Fault 1: random kill/restart cycles of a single member (random moments and stall points)."""
     n = cycles(30)
     driver = chaos_driver(
-        members=1, cycles=n, up_s=(0.5, 2.5), down_s=(0.0, 1.0), stall_share=0.3, fail_child_share=0.1
+        group_protocol=group_protocol,
+        members=1,
+        cycles=n,
+        up_s=(0.5, 2.5),
+        down_s=(0.0, 1.0),
+        stall_share=0.3,
+        fail_child_share=0.1,
     )
     result = driver.run()
     table = verdict_ok(result)
@@ -25,12 +32,21 @@ def test_single_member_kill_restart_loop_loses_nothing(chaos_driver: DriverFacto
     assert v.ranges_open == 0, table
 
 
-def test_three_members_random_kills_fence_and_finish_every_range(chaos_driver: DriverFactory) -> None:
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
+def test_three_members_random_kills_fence_and_finish_every_range(
+    chaos_driver: DriverFactory, group_protocol: str
+) -> None:
     """Fault 2: any of three members killed at random; ranges move with their partitions."""
     n = cycles(30)
     # downtimes beyond the session timeout make partitions (and their ranges) move to the survivors
     driver = chaos_driver(
-        members=3, cycles=n, up_s=(1.0, 4.0), down_s=(0.0, 6.0), stall_share=0.3, fail_child_share=0.1
+        group_protocol=group_protocol,
+        members=3,
+        cycles=n,
+        up_s=(1.0, 4.0),
+        down_s=(0.0, 6.0),
+        stall_share=0.3,
+        fail_child_share=0.1,
     )
     result = driver.run()
     table = verdict_ok(result)

@@ -20,11 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
 class WorkerProcess:
     """A ``fastrecover.testing.worker`` subprocess and the events it printed."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path, *, module: str = "fastrecover.testing.worker") -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self._stderr = open(log_path, "ab")  # noqa: SIM115 - closed in kill()/wait()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fastrecover.testing.worker", *args],
+            [sys.executable, "-m", module, *args],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,

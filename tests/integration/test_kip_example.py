@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import Message, TopicPartition
 
@@ -35,19 +36,22 @@ def _group_offset(bootstrap: str, group: str, topic: str) -> int:
         probe.close()
 
 
-def _config(bootstrap: str, group: str, store_url: str) -> dict[str, Any]:
-    return {
+def _config(bootstrap: str, group: str, store_url: str, group_protocol: str = "classic") -> dict[str, Any]:
+    config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": SESSION_MS,
-        "heartbeat.interval.ms": 500,
         "max.poll.interval.ms": 4000,
         "enable.parallel.rebalance": True,
         "fastrecover.store.url": store_url,
         "fastrecover.backfill.min.offsets": 10,
     }
+    if group_protocol == "classic":
+        config.update({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500})
+    else:  # KIP-848: the broker owns session and heartbeat (kip848_bootstrap sets them short)
+        config["group.protocol"] = group_protocol
+    return config
 
 
 def _poll_until(consumer: Consumer, sink: list[Message], done: Any, timeout: float, what: str) -> None:
@@ -60,9 +64,16 @@ def _poll_until(consumer: Consumer, sink: list[Message], done: Any, timeout: flo
     wait_for(step, timeout, interval=0.001, what=what)
 
 
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
 def test_kip_worked_example(
-    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+    group_protocol: str, unique_group: str, store_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    if group_protocol == "classic":
+        bootstrap: str = request.getfixturevalue("bootstrap")
+        topic_factory = request.getfixturevalue("topic_factory")
+    else:
+        bootstrap = request.getfixturevalue("kip848_bootstrap")
+        topic_factory = request.getfixturevalue("kip848_topic_factory")
     topic = topic_factory(partitions=1)
     group = unique_group
     produce(bootstrap, topic, [f"r{i}" for i in range(100)], partition=0)
@@ -90,8 +101,10 @@ def test_kip_worked_example(
             "100",
             "--session-ms",
             str(SESSION_MS),
+            *(("--set", f"group.protocol={group_protocol}") if group_protocol != "classic" else ()),
         ],
         tmp_path / "worker.log",
+        module="tests.integration.kip848_worker",  # the worker, minus classic-only keys under KIP-848
     )
     worker.wait_event("committed", 60)
     worker.wait_event("blocked", 60)
@@ -101,7 +114,7 @@ def test_kip_worked_example(
     produce(bootstrap, topic, [f"r{i}" for i in range(100, 120)], partition=0)  # the log grows to 120
     wait_for(lambda: group_is_empty(bootstrap, group), 30, 0.2, "the killed member to leave the group")
 
-    consumer = Consumer(_config(bootstrap, group, store_url))
+    consumer = Consumer(_config(bootstrap, group, store_url, group_protocol))
     try:
         consumer.subscribe([topic])
         got: list[Message] = []

@@ -1,0 +1,41 @@
+"""``fastrecover.testing.worker`` for KIP-848 groups (``--set group.protocol=consumer``).
+
+librdkafka refuses ``session.timeout.ms``, ``heartbeat.interval.ms`` and
+``partition.assignment.strategy`` when ``group.protocol=consumer`` (the broker owns them),
+and the worker always sets the first two.  This shim drops them for such groups and is
+otherwise the worker itself.  Once fastrecover/testing/worker.py leaves them out for
+``group.protocol=consumer`` itself, this module can go.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fastrecover.testing import worker
+
+#: What librdkafka rejects with group.protocol=consumer ("It is defined broker side").
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+
+
+def for_protocol(config: dict[str, Any]) -> dict[str, Any]:
+    if str(config.get("group.protocol", "classic")).lower() != "consumer":
+        return config
+    return {k: v for k, v in config.items() if k not in CLASSIC_ONLY}
+
+
+class _Consumer(worker.Consumer):  # type: ignore[misc]
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(for_protocol(config))
+
+
+class _PlainConsumer(worker.PlainConsumer):  # type: ignore[misc]
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(for_protocol(config))
+
+
+worker.Consumer = _Consumer  # type: ignore[misc]
+worker.PlainConsumer = _PlainConsumer  # type: ignore[misc]
+
+if __name__ == "__main__":
+    sys.exit(worker.run())
