@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -23,6 +23,7 @@ from fastrecover.ranges import (
     merged_committed,
     route_commit,
     route_record,
+    route_records,
     split_commit,
 )
 from fastrecover.tokens import TopicPartitionKey
@@ -57,14 +58,21 @@ class CommitPaths(ModeState):
         msgs, self.deferred = self.deferred, []
         by_range: dict[int, list[int]] = {}
         primary: dict[TopicPartitionKey, int] = {}
-        for msg in msgs:
-            key = TopicPartitionKey(msg.topic() or "", msg.partition() or 0)
-            offset: int = msg.offset()  # type: ignore[assignment]
-            token_id = route_record(offset, self.book.spans(key))
-            if token_id is None:
-                primary[key] = max(primary.get(key, 0), offset + 1)
-            else:
-                by_range.setdefault(token_id, []).append(offset)
+        offsets = cast(list[int], list(map(Message.offset, msgs)))
+        keys = list(zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True))
+        grouped: dict[TopicPartitionKey, list[int]]
+        if len(set(keys)) == 1:  # C-level grouping for the usual single-partition batch
+            grouped = {TopicPartitionKey(*cast(tuple[str, int], keys[0])): offsets}
+        else:
+            grouped = {}
+            for k, o in zip(keys, offsets, strict=True):
+                grouped.setdefault(TopicPartitionKey(*cast(tuple[str, int], k)), []).append(o)
+        for key, key_offsets in grouped.items():
+            routed, mine = route_records(key_offsets, self.book.spans(key))
+            for token_id, done in routed.items():
+                by_range.setdefault(token_id, []).extend(done)
+            if mine:
+                primary[key] = mine[-1] + 1
         for token_id, done in by_range.items():
             self.book.mark_done(token_id, done)
         if not sync:

@@ -16,6 +16,7 @@ from fastrecover.ranges import (
     merged_committed,
     route_commit,
     route_record,
+    route_records,
     split_commit,
     subtract,
 )
@@ -525,3 +526,34 @@ class TestMergedCommitted:
             by_range = o in in_ranges and o not in unfinished
             by_primary = primary is not None and o < primary and o not in unfinished
             assert by_range or by_primary, f"offset {o} below {result} is not checkpointed"
+
+
+class TestRouteRecords:
+    """The batch router agrees with the per-record one on every offset."""
+
+    @given(
+        offsets=st.lists(st.integers(0, 300), max_size=60),
+        cuts=st.lists(st.integers(0, 300), max_size=8, unique=True),
+    )
+    def test_matches_route_record(self, offsets: list[int], cuts: list[int]) -> None:
+        bounds = sorted(cuts)
+        spans = [(i, OffsetRange(a, b)) for i, (a, b) in enumerate(zip(bounds[::2], bounds[1::2], strict=False))]
+        by_range, primary = route_records(offsets, spans)
+        expected: dict[int, list[int]] = {}
+        expected_primary = []
+        for o in sorted(offsets):
+            key = route_record(o, spans)
+            if key is None:
+                expected_primary.append(o)
+            else:
+                expected.setdefault(key, []).append(o)
+        assert by_range == expected
+        assert primary == expected_primary
+
+    @given(committed=st.integers(0, 50), run=st.integers(1, 30), extra=st.integers(0, 20))
+    def test_in_order_run_fast_path_equals_the_general_rule(self, committed: int, run: int, extra: int) -> None:
+        progress = RangeProgress(0, committed + run + extra, committed)
+        offsets = list(range(committed, committed + run))
+        fast = progress.mark_done(offsets)
+        general = progress.mark_done(iter(offsets))  # an iterator takes the general path
+        assert fast == general
