@@ -246,19 +246,28 @@ def encode_mirror(
     text = render(entries, True) if len(entries) <= MIRROR_MAX_ROWS else ""
     if text and fits(text) and _maps_within_cap(entries):
         return text
+    entries = [RangeProgress(r.start, r.end, r.committed) for r in entries]
+    while len(entries) > MIRROR_MAX_ROWS:
+        _merge_closest(entries)
     text = render(entries, False)
-    while (not fits(text) or len(entries) > MIRROR_MAX_ROWS) and len(entries) > 1:
-        gaps = [entries[i + 1].start - entries[i].end for i in range(len(entries) - 1)]
-        i = gaps.index(min(gaps))
-        a, b = entries[i], entries[i + 1]
-        # Cover both (even if they overlap or nest): everything from the lower committed
-        # offset to the higher end is re-delivered, so nothing unfinished is dropped.
-        merged_end = max(a.end, b.end)
-        entries[i : i + 2] = [RangeProgress(a.start, merged_end, min(a.committed, b.committed))]
+    while not fits(text) and len(entries) > 1:
+        _merge_closest(entries)
         text = render(entries, False)
     if not fits(text):
         raise ValueError(f"mirror of one range does not fit in {limit} characters")
     return text
+
+
+def _merge_closest(entries: list[RangeProgress]) -> None:
+    """Merge the two neighbours with the smallest gap into one covering range, in place.
+
+    Cover both (even if they overlap or nest): everything from the lower committed
+    offset to the higher end is re-delivered, so nothing unfinished is dropped.
+    """
+    gaps = [entries[i + 1].start - entries[i].end for i in range(len(entries) - 1)]
+    i = gaps.index(min(gaps))
+    a, b = entries[i], entries[i + 1]
+    entries[i : i + 2] = [RangeProgress(a.start, max(a.end, b.end), min(a.committed, b.committed))]
 
 
 def _maps_within_cap(entries: Sequence[RangeProgress]) -> bool:
