@@ -73,9 +73,7 @@ def plan_partition(
     )
 
 
-def _restore(
-    mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange], log_end: int
-) -> list[RangeProgress]:
+def _restore(mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange], log_end: int) -> list[RangeProgress]:
     """Mirrored ranges the store has no record of (it was wiped or replaced), started fresh.
 
     The mirror is untrusted (anyone who may commit for the group writes it), so

@@ -64,9 +64,12 @@ def payloads(log_end: int) -> dict[str, str]:
         "committed = end - 1": mirror([[0, log_end, log_end - 1, ""]]),
         "completed all but the first": mirror([[0, log_end, 0, run_map(0, log_end - 2)]]),
         "range past the log end": mirror([[0, log_end + 10**12, 0, ""]]),
-        "overlapping ranges": mirror([[0, log_end // 2, log_end // 2 - 1, ""], [log_end // 4, log_end, log_end - 1, ""]]),
+        "overlapping ranges": mirror(
+            [[0, log_end // 2, log_end // 2 - 1, ""], [log_end // 4, log_end, log_end - 1, ""]]
+        ),
         "deep json": "fr1:Z" + base64.b64encode(zstandard.ZstdCompressor().compress(b"[" * 50_000)).decode(),
-        "zstd bomb": "fr1:Z" + base64.b64encode(zstandard.ZstdCompressor(level=19).compress(b" " * 50_000_000)).decode(),
+        "zstd bomb": "fr1:Z"
+        + base64.b64encode(zstandard.ZstdCompressor(level=19).compress(b" " * 50_000_000)).decode(),
         "not base64": "fr1:J!!!!",
         "garbage": "fr1:Zabcd",
     }
