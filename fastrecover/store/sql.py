@@ -23,13 +23,12 @@ import re
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, create_engine, event, select, update
+from sqlalchemy import Table, and_, create_engine, delete, event, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -313,12 +312,12 @@ def build_engine(
             # One shared connection, else every pooled connection is a new empty database.
             kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
         else:
-            connect_args: dict[str, Any] = {"timeout": lock_timeout_ms / 1000.0}
             path = _sqlite_file(parsed)
             if read_only and path is not None:
-                connect_args["uri"] = True
-                parsed = parsed.set(database=_read_only_uri(path))
-            kwargs["connect_args"] = connect_args
+                parsed = _read_only_url(path)
+            elif path is not None and not os.path.exists(path):
+                _create_private_file(path, mask_url(parsed))
+            kwargs["connect_args"] = {"timeout": lock_timeout_ms / 1000.0}
     elif backend == "postgresql":
         kwargs["connect_args"] = {"connect_timeout": _PG_CONNECT_TIMEOUT_S}
     try:
@@ -332,8 +331,8 @@ def build_engine(
     return engine
 
 
-def _read_only_uri(path: str) -> str:
-    """A SQLite URI opening ``path`` read-only.
+def _read_only_url(path: str) -> URL:
+    """A SQLite URL opening ``path`` read-only (an SQLite URI filename: ``file:...?mode=ro``).
 
     In a directory we may not write, SQLite cannot create the WAL index (-shm) a
     WAL-mode file needs even for reading; ``immutable=1`` then reads the file as
@@ -341,10 +340,10 @@ def _read_only_uri(path: str) -> str:
     """
     absolute = os.path.abspath(path)
     directory = os.path.dirname(absolute) or "."
-    uri = f"file:{urllib.parse.quote(absolute)}?mode=ro"
+    query = {"mode": "ro", "uri": "true"}
     if not os.access(directory, os.W_OK) and not os.path.exists(absolute + "-shm"):
-        uri += "&immutable=1"
-    return uri
+        query["immutable"] = "1"
+    return URL.create("sqlite", database="file:" + absolute, query=query)
 
 
 def _install_pg_hooks(engine: Engine, lock_ms: int, statement_ms: int, read_only: bool) -> None:
@@ -750,6 +749,24 @@ class RangeStore:
             log.info("release of range #%d by owner=%r epoch=%d ignored: no longer held", token_id, owner, epoch)
         return released
 
+    def delete_open(self, group: str, token_ids: Sequence[int]) -> int:
+        """Delete the group's ranges with these ids that are still open; returns how many.
+
+        For ``fastrecover rollback`` only: once Kafka's offset is moved back below
+        a range, the range is Kafka's business again.  Done ranges are never
+        deleted here (they record finished work), nor is a range that finished
+        or changed group since the caller read it.
+        """
+        _check_name("group", group)
+        ids = sorted({_check_int("token id", i, 1) for i in token_ids})
+        if not ids:
+            return 0
+        with self._tx(f"deleting {len(ids)} open range(s) of group {group!r}", write=True) as conn:
+            res = conn.execute(
+                delete(_T).where(_T.c.id.in_(ids), _T.c.group_id == group, _T.c.state == TokenState.OPEN.value)
+            )
+            return int(res.rowcount)
+
 
 def open_store(
     url: str,
@@ -779,14 +796,12 @@ def open_store(
     parsed = _normalize_url(url)
     create = create and not read_only
     path = _sqlite_file(parsed)
-    if path is not None and not os.path.exists(path):
-        if not create:
-            # Do not let sqlite3 create an empty file as a side effect (e.g. of `status` on a typo).
-            raise SchemaBehindError(
-                f"range store {mask_url(parsed)}: SQLite file {path} does not exist; "
-                f"to create it, run: {schema.upgrade_command(url)}"
-            )
-        _create_private_file(path, mask_url(parsed))
+    if path is not None and not os.path.exists(path) and not create:
+        # Do not let sqlite3 create an empty file as a side effect (e.g. of `status` on a typo).
+        raise SchemaBehindError(
+            f"range store {mask_url(parsed)}: SQLite file {path} does not exist; "
+            f"to create it, run: {schema.upgrade_command(url)}"
+        )
     engine = build_engine(
         parsed, lock_timeout_ms=lock_timeout_ms, statement_timeout_ms=statement_timeout_ms, read_only=read_only
     )
@@ -809,3 +824,46 @@ def _create_private_file(path: str, masked_url: str) -> None:
         log.debug("range store %s: cannot pre-create %s: %s", masked_url, path, exc.strerror)
         return
     os.close(fd)
+
+
+def validate_url(url: str) -> None:
+    """ConfigError (secrets masked) unless ``url`` is a store URL we can use; opens nothing."""
+    _normalize_url(url)
+
+
+#: Environment variable through which tools hand a store URL, secrets included, to child processes.
+STORE_URL_ENV = "FASTRECOVER_STORE_URL"
+
+
+def url_for_child(url: str) -> tuple[str, dict[str, str]]:
+    """Split ``url`` into what may go on a child's command line and what must go in its environment.
+
+    Command lines are visible to every user of the machine (``ps``), the
+    environment is not.  The returned URL has its password and secret query
+    parameters removed; the environment carries the full URL (as
+    ``FASTRECOVER_STORE_URL``) and, for PostgreSQL, the password as
+    ``PGPASSWORD``, which libpq uses when the URL has none.  So a child that
+    only reads its ``--store-url`` still authenticates with a password-only URL.
+    """
+    if not has_secret(url):
+        return url, {}
+    env = {STORE_URL_ENV: url}
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return mask_url(url), env
+    if parsed.password is not None and parsed.get_backend_name() == "postgresql":
+        env["PGPASSWORD"] = str(parsed.password)
+    query = {k: v for k, v in parsed.query.items() if not _SECRET_QUERY.match(f"?{k}=")}
+    # URL.set(password=None) keeps the old password: build the URL anew.
+    safe = URL.create(
+        parsed.drivername,
+        username=parsed.username,
+        host=parsed.host,
+        port=parsed.port,
+        database=parsed.database,
+        query=query,
+    ).render_as_string(hide_password=False)
+    if has_secret(safe):  # pragma: no cover - defensive: never hand out a secret on argv
+        safe = mask_url(safe)
+    return safe, env
