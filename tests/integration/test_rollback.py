@@ -167,7 +167,7 @@ def test_rollback_with_an_unreachable_broker_is_one_line_and_bounded(
     import time
 
     began = time.monotonic()
-    code, out, err = _rollback(
+    code, _, err = _rollback(
         capsys, "--group", "g", "--store-url", store_url, "--bootstrap-servers", "127.0.0.1:1", "--timeout", "2"
     )
     assert code == 2
