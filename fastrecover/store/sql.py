@@ -75,7 +75,6 @@ BIGINT_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 #: SQLite messages that mean "the file is not a usable database" (not "try again later").
 _CORRUPT_MARKERS = ("file is not a database", "database disk image is malformed", "file is encrypted")
-_PASSWORD_IN_URL = re.compile(r"([^:/@\s]*:)[^\s]*@")
 
 
 class TokenNotFoundError(StoreError, LookupError):
@@ -143,15 +142,21 @@ def mask_url(url: str | URL) -> str:
     match = _SCHEME.match(text)
     if match is None:
         # Not a URL at all: still hide anything that looks like key=secret or user:secret@.
+        # Anything after a ':' may be a password (user:secret, with or without a host after it).
         text = _SECRET_QUERY.sub(rf"\1\2={_MASK}", "?" + text)[1:]
-        return _PASSWORD_IN_URL.sub(rf"\1{_MASK}@", text)
+        return text.split(":", 1)[0] + ":" + _MASK if ":" in text else text
     scheme, rest = match.groups()
-    at = rest.rfind("@")
+    # The user-info ends at the last '@'; a URL SQLAlchemy mis-parsed (an unescaped '@' in the
+    # password) renders the rest of the password with the real '@' escaped as %40, so that counts too.
+    at, sep = rest.rfind("@"), "@"
+    escaped = rest.upper().rfind("%40")
+    if escaped > at:
+        at, sep = escaped, rest[escaped : escaped + 3]
     if at >= 0:
-        userinfo, rest = rest[:at], rest[at + 1 :]
+        userinfo, rest = rest[:at], rest[at + len(sep) :]
         if ":" in userinfo:
             userinfo = userinfo.split(":", 1)[0] + ":" + _MASK
-        rest = userinfo + "@" + rest
+        rest = userinfo + sep + rest
     return scheme + _SECRET_QUERY.sub(rf"\1\2={_MASK}", rest)
 
 
