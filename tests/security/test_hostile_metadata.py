@@ -63,7 +63,7 @@ class _RssPeak:
 
     @property
     def growth(self) -> int:
-        return self.peak - self.baseline
+        return int(self.peak - self.baseline)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def _run_consumer(bootstrap: str, group: str, topic: str, store_url: str) -> tup
                 msg = consumer.poll(0.5)
                 slowest = max(slowest, time.monotonic() - began)
                 if msg is not None and msg.error() is None:
-                    delivered.add(msg.offset())
+                    delivered.add(msg.offset() or 0)
                     consumer.commit(message=msg, asynchronous=True)
         finally:
             consumer.close()

@@ -57,7 +57,8 @@ def scenarios(draw: st.DrawFn) -> tuple[int | None, int, int, list[Token], list[
     log_end = draw(st.one_of(st.integers(0, 1_200), st.just(BIG)))
     committed = draw(st.one_of(st.none(), st.integers(0, log_end), st.integers(-1, 1_200)))
     min_offsets = draw(st.integers(1, 300))
-    mirrored = draw(st.lists(hostile_progress(BIG if draw(st.booleans()) else 1_500), max_size=12))
+    wide: bool = draw(st.booleans())
+    mirrored = draw(st.lists(hostile_progress(BIG if wide else 1_500), max_size=12))
     if mirrored and draw(st.booleans()):
         mirrored = mirrored + [mirrored[0]] * draw(st.integers(1, 50))  # duplicates
     return committed, log_end, min_offsets, draw(store_tokens()), mirrored
