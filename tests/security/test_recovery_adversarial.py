@@ -59,7 +59,8 @@ def scenarios(draw: st.DrawFn) -> tuple[int | None, int, int, list[Token], list[
     min_offsets = draw(st.integers(1, 300))
     wide: bool = draw(st.booleans())
     mirrored = draw(st.lists(hostile_progress(BIG if wide else 1_500), max_size=12))
-    if mirrored and draw(st.booleans()):
+    duplicate: bool = draw(st.booleans())
+    if mirrored and duplicate:
         mirrored = mirrored + [mirrored[0]] * draw(st.integers(1, 50))  # duplicates
     return committed, log_end, min_offsets, draw(store_tokens()), mirrored
 

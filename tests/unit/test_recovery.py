@@ -287,8 +287,8 @@ def test_plan_properties(scenario: dict[str, object]) -> None:
         assert rp.end <= max(log_end, 0)
         assert not offsets([rp.span]) & known
         assert offsets([rp.span]) <= offsets([m.span for m in mirrored if not m.done])
-    for a, b in pairwise(plan.restored):
-        assert a.end <= b.start
+    for left, right in pairwise(plan.restored):
+        assert left.end <= right.start
     for m in mirrored:
         # every offset of an open mirror row below the log end is the store's business or restored
         if not m.done and m.start < min(m.end, log_end):
