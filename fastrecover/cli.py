@@ -245,6 +245,12 @@ def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "chaos", help="fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost"
     )
     command.add_arguments(chaos)
+    chaos.add_argument(
+        "--broker-timeout",
+        type=float,
+        default=15.0,
+        help="seconds to wait for the given broker to answer before giving up (default 15)",
+    )
     chaos.set_defaults(func=_cmd_chaos)
 
 
@@ -252,8 +258,10 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     from fastrecover.chaos import command
 
     if args.store_url:
-        _store_url(args.store_url)
-    _require_broker(args.bootstrap_servers or os.environ.get("FASTRECOVER_BOOTSTRAP"), 15.0)
+        from fastrecover.store.sql import validate_url
+
+        validate_url(args.store_url)  # ConfigError: one line, password masked
+    _require_broker(args.bootstrap_servers or os.environ.get("FASTRECOVER_BOOTSTRAP"), args.broker_timeout)
     return command.run(args)
 
 
