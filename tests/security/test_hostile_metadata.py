@@ -162,3 +162,39 @@ def test_fuzzed_metadata_through_a_real_consumer(
     store = tmp_path_factory.mktemp("fuzz") / "ranges.db"
     _plant(bootstrap, group, filled_topic, metadata[:4000])
     _assert_safe(*_run_consumer(bootstrap, group, filled_topic, f"sqlite:///{store}"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the lead's consumer change: pass settings.commit_mirror_key (and a group/topic/partition "
+    "context) to decode_mirror in Consumer._decode_mirror and to encode_mirror in RangeBook.mirror",
+)
+def test_unsigned_mirror_is_ignored_when_a_mirror_key_is_set(
+    bootstrap: str, filled_topic: str, unique_group: str, tmp_path: Path
+) -> None:
+    _plant(bootstrap, unique_group, filled_topic, mirror([[0, LOG_END, LOG_END - 1, ""]]))
+    url = f"sqlite:///{tmp_path / 'ranges.db'}"
+    consumer = Consumer(
+        parallel_config(
+            bootstrap,
+            unique_group,
+            url,
+            **{"fastrecover.backfill.min.offsets": 100, "fastrecover.commit.mirror.key": "k" * 32},
+        )
+    )
+    delivered: set[int] = set()
+    try:
+        consumer.subscribe([filled_topic])
+        deadline = time.monotonic() + DRAIN_S
+        while not set(range(COMMITTED, LOG_END)) <= delivered and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                delivered.add(msg.offset() or 0)
+    finally:
+        consumer.close()
+    assert set(range(COMMITTED, LOG_END)) <= delivered
+    from fastrecover.store import open_store
+
+    with open_store(url) as store:
+        starts = [t.span.start for t in store.ranges(unique_group)]
+    assert 0 not in starts, "the unsigned mirror's range [0, 2000) was restored"
