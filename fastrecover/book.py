@@ -61,10 +61,17 @@ class Held:
         return self.pending != self.token.progress or self.skipped != self.token.skipped
 
 
+def mirror_context(group: str, key: TopicPartitionKey) -> str:
+    """What a signed mirror is bound to: it is valid for this group's partition only."""
+    return f"{group}/{key.topic}/{key.partition}"
+
+
 class RangeBook:
     """Held ranges by id and by partition, with cached commit-metadata mirrors."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: str = "", mirror_key: bytes | None = None) -> None:
+        self._group = group
+        self._mirror_key = mirror_key
         self._by_id: dict[int, Held] = {}
         self._by_key: dict[TopicPartitionKey, list[int]] = {}
         self._mirror: dict[TopicPartitionKey, str] = {}
@@ -217,7 +224,7 @@ class RangeBook:
         """Commit-metadata text of a partition's open ranges (cached until they change)."""
         text = self._mirror.get(key)
         if text is None:
-            text = encode_mirror(self.open_durable(key))
+            text = encode_mirror(self.open_durable(key), key=self._mirror_key, context=mirror_context(self._group, key))
             self._mirror[key] = text
         return text
 

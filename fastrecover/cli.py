@@ -17,16 +17,54 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastrecover import __version__
-from fastrecover.errors import FastRecoverError
+from fastrecover.errors import ConfigError, FastRecoverError
 from fastrecover.store import HEAD_REVISION, mask_url, open_store, upgrade
+from fastrecover.store.models import NAME_MAX
 from fastrecover.tokens import Token
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 STORE_URL_ENV = "FASTRECOVER_STORE_URL"
 
 Command = Callable[[argparse.Namespace], int]
+
+
+def printable(text: str) -> str:
+    """``text`` with control and other non-printable characters escaped (\\x1b, \\n, ...).
+
+    Group, topic and owner names come from whoever wrote the store or Kafka:
+    printed as they are, they could move the cursor, recolour or rewrite the
+    operator's terminal.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _name(what: str) -> Callable[[str], str]:
+    """argparse type for a group/topic name: non-empty, at most NAME_MAX characters (the store's column)."""
+
+    def parse(value: str) -> str:
+        if not value or len(value) > NAME_MAX:
+            raise argparse.ArgumentTypeError(
+                f"{what} must be 1 to {NAME_MAX} characters, got {len(value)}: {printable(value[:40])!r}"
+            )
+        return value
+
+    return parse
+
+
+def _store_url(value: str) -> str:
+    """argparse type: an SQLAlchemy URL; the error never repeats the password."""
+    from fastrecover.store.sql import validate_url
+
+    try:
+        validate_url(value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _add_store_url(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +73,7 @@ def _add_store_url(parser: argparse.ArgumentParser) -> None:
         "--store-url",
         default=default,
         required=default is None,
+        type=_store_url,
         metavar="URL",
         help=f"SQLAlchemy URL of the range store, e.g. sqlite:///fastrecover.db or "
         f"postgresql+psycopg://user@host/db (default: ${STORE_URL_ENV})",
@@ -65,7 +104,7 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = subparsers.add_parser("status", help="show the backfill ranges recorded in the store")
     _add_store_url(status)
-    status.add_argument("--group", help="only this consumer group")
+    status.add_argument("--group", type=_name("--group"), help="only this consumer group")
     status.add_argument("--all", action="store_true", help="include finished (done) ranges")
     status.set_defaults(func=_cmd_status)
 
@@ -93,8 +132,8 @@ def _status_row(token: Token) -> tuple[str, ...]:
     finished = size - p.remaining
     percent = 100.0 if size == 0 else 100.0 * finished / size
     return (
-        token.group,
-        token.topic,
+        printable(token.group),
+        printable(token.topic),
         str(token.partition),
         str(token.id),
         f"[{p.start}, {p.end})",
@@ -102,7 +141,7 @@ def _status_row(token: Token) -> tuple[str, ...]:
         f"{percent:.1f}%",
         str(p.remaining),
         str(token.skipped),
-        token.owner or "-",
+        printable(token.owner) if token.owner else "-",
         str(token.epoch),
         token.state.value,
     )
@@ -125,10 +164,11 @@ def format_status(tokens: Sequence[Token]) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    with open_store(args.store_url, create=False) as store:
+    # read-only: inspecting must work on a file or directory we may not write, and must not change it
+    with open_store(args.store_url, create=False, read_only=True) as store:
         tokens = store.ranges(args.group, include_done=args.all, skip_corrupt=True)
     what = "ranges" if args.all else "open ranges"
-    scope = f" of group {args.group!r}" if args.group else ""
+    scope = f" of group {printable(args.group)!r}" if args.group else ""
     if not tokens:
         print(f"no {what}{scope} in {store.url}")
         return EXIT_OK
@@ -155,7 +195,15 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="use this Kafka (default: $FASTRECOVER_BOOTSTRAP, a "
         "container when Docker answers, else a local Apache Kafka from Maven Central jars)",
     )
-    demo.add_argument("--store-url", help="range store (default: sqlite file fastrecover-demo.db here)")
+    demo.add_argument(
+        "--store-url", type=_store_url, help="range store (default: sqlite file fastrecover-demo.db here)"
+    )
+    demo.add_argument(
+        "--broker-timeout",
+        type=float,
+        default=15.0,
+        help="seconds to wait for the given broker to answer before giving up (default 15)",
+    )
     demo.add_argument("--rate", type=int, default=3000, help="records produced per second (default 3000)")
     demo.add_argument(
         "--down-seconds",
@@ -170,9 +218,19 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     demo.set_defaults(func=_cmd_demo)
 
 
+def _require_broker(bootstrap: str | None, timeout_s: float) -> None:
+    """One-line error, after at most ``timeout_s``, when a given broker does not answer."""
+    if not bootstrap:
+        return
+    from fastrecover.rollback import admin_client, check_broker
+
+    check_broker(admin_client(bootstrap), bootstrap, timeout_s)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from fastrecover import demo
 
+    _require_broker(args.bootstrap_servers or os.environ.get("FASTRECOVER_BOOTSTRAP"), args.broker_timeout)
     demo.main(args.bootstrap_servers, args.store_url, args.rate, args.down_seconds, args.work_us, args.partitions)
     return EXIT_OK
 
@@ -187,13 +245,138 @@ def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "chaos", help="fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost"
     )
     command.add_arguments(chaos)
+    chaos.add_argument(
+        "--broker-timeout",
+        type=float,
+        default=15.0,
+        help="seconds to wait for the given broker to answer before giving up (default 15)",
+    )
     chaos.set_defaults(func=_cmd_chaos)
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
     from fastrecover.chaos import command
 
+    if args.store_url:
+        from fastrecover.store.sql import validate_url
+
+        validate_url(args.store_url)  # ConfigError: one line, password masked
+    _require_broker(args.bootstrap_servers or os.environ.get("FASTRECOVER_BOOTSTRAP"), args.broker_timeout)
     return command.run(args)
+
+
+# -- rollback ------------------------------------------------------------------
+
+
+def _add_rollback_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rb = subparsers.add_parser(
+        "rollback",
+        help="the way back to plain consumers: move the group's Kafka offsets back to its lowest unfinished "
+        "offsets, then delete its open ranges",
+    )
+    rb.add_argument("--group", required=True, type=_name("--group"), help="the consumer group")
+    _add_store_url(rb)
+    rb.add_argument(
+        "--bootstrap-servers",
+        default=os.environ.get("FASTRECOVER_BOOTSTRAP"),
+        required=not os.environ.get("FASTRECOVER_BOOTSTRAP"),
+        help="Kafka bootstrap servers (default: $FASTRECOVER_BOOTSTRAP)",
+    )
+    rb.add_argument(
+        "--command-config",
+        type=argparse.FileType("r", encoding="utf-8"),
+        metavar="FILE",
+        help="librdkafka properties for the admin client, one key=value a line (security settings: kept out of argv)",
+    )
+    rb.add_argument("--dry-run", action="store_true", help="show what would move; change nothing")
+    rb.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request (default 15)")
+    rb.set_defaults(func=_cmd_rollback)
+
+
+def _read_properties(handle: Any) -> dict[str, str]:
+    props: dict[str, str] = {}
+    with handle:
+        for number, raw in enumerate(handle, 1):
+            line = raw.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"{handle.name}:{number}: expected key=value")
+            props[key.strip()] = value.strip()
+    return props
+
+
+_ROLLBACK_HEADER = ("TOPIC", "PART", "KAFKA OFFSET", "LOWEST UNFINISHED", "NEW OFFSET", "OPEN RANGES", "RESULT")
+
+
+def format_rollback(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in [_ROLLBACK_HEADER, *rows]) for i in range(len(_ROLLBACK_HEADER))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [_ROLLBACK_HEADER, *rows]
+    )
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from fastrecover import rollback as rb
+
+    extra = _read_properties(args.command_config) if args.command_config else {}
+    admin = rb.admin_client(args.bootstrap_servers, extra, verbose=args.verbose >= 2)
+    rb.check_broker(admin, args.bootstrap_servers, args.timeout)
+    rb.ensure_group_empty(admin, args.group, args.bootstrap_servers, args.timeout)
+    with open_store(args.store_url, create=False) as store:
+        tokens = store.open_ranges(args.group)
+        partitions = sorted({(t.topic, t.partition) for t in tokens})
+        kafka = rb.kafka_offsets(admin, args.group, partitions, args.bootstrap_servers, args.timeout)
+        plans = rb.plan_rollback(tokens, kafka)
+        group = printable(args.group)
+        if not plans:
+            print(f"group {group!r} has no open ranges in {store.url}: nothing to roll back")
+            return EXIT_OK
+        errors: dict[tuple[str, int], str] = {}
+        deleted = 0
+        if not args.dry_run:
+            # the group must still be empty right before the move; Kafka refuses it otherwise anyway
+            rb.ensure_group_empty(admin, args.group, args.bootstrap_servers, args.timeout)
+            errors = rb.move_offsets(admin, args.group, plans, args.bootstrap_servers, args.timeout)
+            safe = [i for p in plans if (p.topic, p.partition) not in errors for i in p.token_ids]
+            deleted = store.delete_open(args.group, safe)
+    rows = []
+    for p in plans:
+        error = errors.get((p.topic, p.partition))
+        if error:
+            result = f"FAILED: {printable(error)}"
+        elif args.dry_run:
+            result = "would move back" if p.target is not None else "would keep (already lower)"
+        else:
+            result = "moved back" if p.target is not None else "kept (already lower)"
+        rows.append(
+            (
+                printable(p.topic),
+                str(p.partition),
+                "-" if p.kafka_before is None else str(p.kafka_before),
+                str(p.lowest_unfinished),
+                str(p.target if p.target is not None else p.kafka_before),
+                ", ".join(f"#{i}" for i in p.token_ids),
+                result,
+            )
+        )
+    print(format_rollback(rows))
+    if args.dry_run:
+        print(f"\ndry run: nothing changed for group {group!r}")
+        return EXIT_OK
+    print(
+        f"\ngroup {group!r}: {sum(1 for p in plans if p.target is not None and (p.topic, p.partition) not in errors)}"
+        f" partition(s) moved back, {deleted} open range(s) deleted; plain consumers of the group now re-read "
+        "every unfinished record"
+    )
+    if errors:
+        print(
+            f"fastrecover: error: {len(errors)} partition(s) could not be moved; their open ranges were kept",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 # -- bench ---------------------------------------------------------------------
@@ -231,12 +414,17 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_demo_parser(subparsers)
     _add_chaos_parser(subparsers)
     _add_bench_parser(subparsers)
+    _add_rollback_parser(subparsers)
     return parser
 
 
 def _configure_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _one_line(text: str) -> str:
+    return printable(" ".join(text.split()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -252,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return command(args)
     except FastRecoverError as exc:
-        print(f"fastrecover: error: {exc}", file=sys.stderr)
+        print(f"fastrecover: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fastrecover: interrupted", file=sys.stderr)

@@ -8,12 +8,23 @@ Confluent Parallel Consumer we encode the completion map both as a bitset and
 as run lengths, keep the smaller, compress with zstd when that pays, and base64
 the result.  Decoding is strict: a malformed text raises ``CodecError`` rather
 than yielding a wrong set, because a wrong set could skip records.
+
+The mirror is *untrusted input*: anyone allowed to commit offsets for the group
+writes the metadata we read back.  :func:`decode_mirror` therefore bounds every
+size an attacker could choose (decompressed bytes, rows, completion-map offsets,
+offset values) *before* it allocates anything proportional to it, merges
+duplicate and overlapping rows, and, when a mirror key is configured, ignores
+metadata that does not carry a valid HMAC.  What recovery then does with a
+decoded mirror is equally conservative (see ``fastrecover.recovery``): at worst
+records are delivered twice, never skipped.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 from collections.abc import Iterable, Sequence
 
@@ -24,10 +35,24 @@ from fastrecover.ranges import RangeProgress
 
 _VERSION = "1"
 _MIRROR_PREFIX = "fr1:"
+#: Marks a signed mirror: ``fr1:S<mac>.<body>``.
+_SIGNED = "S"
+_MAC_BYTES = 16
+_MAC_CHARS = 24  # base64 of 16 bytes, with padding
 #: librdkafka/broker default offset.metadata.max.bytes is 4096; keep a margin.
 MIRROR_LIMIT = 4000
 _ZSTD_LEVEL = 3
-_MAX_DECOMPRESSED = 64 * 1024 * 1024
+#: Decompressed-size cap of a completion map read from the store (a trusted, operator-owned input).
+_MAX_DECOMPRESSED = 16 * 1024 * 1024
+#: Offsets are signed 64-bit in Kafka and in the store (BIGINT): every mirrored offset is below this.
+OFFSET_LIMIT = 2**63 - 1
+#: Decompressed-size cap of a mirror body. A mirror is at most MIRROR_LIMIT characters, and
+#: everything encode_mirror writes decompresses to far less than this.
+MIRROR_MAX_DECOMPRESSED = 256 * 1024
+#: Most rows (open ranges) one mirror may hold; encode_mirror merges neighbours to stay within it.
+MIRROR_MAX_ROWS = 128
+#: Most completed offsets all completion maps of one mirror may decode to together.
+MIRROR_MAX_COMPLETED = 65_536
 
 
 def _varint(n: int, out: bytearray) -> None:
@@ -58,16 +83,19 @@ def _read_varints(data: bytes) -> list[int]:
     return values
 
 
-def _decompress(raw: bytes) -> bytes:
-    """zstd-decompress at most ``_MAX_DECOMPRESSED`` bytes.
+def _decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:
+    """zstd-decompress at most ``limit`` bytes.
 
     ``max_output_size`` only applies to frames that do not declare their size, so a
     frame declaring a huge content size is refused here before anything is allocated.
+    A frame that declares a small size but holds more is refused by the decompressor.
     """
     size = zstandard.frame_content_size(raw)
-    if size > _MAX_DECOMPRESSED:
-        raise CodecError(f"zstd payload declares {size} bytes, more than the {_MAX_DECOMPRESSED} allowed")
-    data: bytes = zstandard.ZstdDecompressor().decompress(raw, max_output_size=_MAX_DECOMPRESSED)
+    if size > limit:
+        raise CodecError(f"zstd payload declares {size} bytes, more than the {limit} allowed")
+    data: bytes = zstandard.ZstdDecompressor().decompress(raw, max_output_size=limit)
+    if len(data) > limit:  # pragma: no cover - the decompressor enforces max_output_size
+        raise CodecError(f"zstd payload decompresses to more than the {limit} bytes allowed")
     return data
 
 
@@ -112,17 +140,26 @@ def encode_completed(committed: int, completed: Iterable[int]) -> str:
     return _VERSION + tag + base64.b64encode(raw).decode("ascii")
 
 
-def decode_completed(committed: int, text: str, end: int | None = None) -> frozenset[int]:
+def decode_completed(
+    committed: int,
+    text: str,
+    end: int | None = None,
+    *,
+    max_offsets: int | None = None,
+    max_bytes: int = _MAX_DECOMPRESSED,
+) -> frozenset[int]:
     """Inverse of :func:`encode_completed`; raises ``CodecError`` on anything malformed.
 
-    With ``end`` (the range's end), an offset at or beyond it is malformed too; the
-    check runs before a run is expanded, so a corrupt run length cannot make the
-    decoder build an enormous set.
+    With ``end`` (the range's end), an offset at or beyond it is malformed too.
+    ``max_offsets`` caps how many offsets the map may hold and ``max_bytes`` the
+    decompressed payload.  Every check runs *before* a run or a bitset is
+    expanded, so a corrupt or hostile map cannot make the decoder build a set
+    larger than the caps.
     """
     if not text:
         return frozenset()
-    if len(text) < 2 or text[0] != _VERSION or text[1] not in "bBrR":
-        raise CodecError(f"unknown completion-map encoding {text[:8]!r}")
+    if not isinstance(text, str) or len(text) < 2 or text[0] != _VERSION or text[1] not in "bBrR":
+        raise CodecError(f"unknown completion-map encoding {str(text)[:8]!r}")
     tag = text[1]
     try:
         raw = base64.b64decode(text[2:], validate=True)
@@ -130,21 +167,29 @@ def decode_completed(committed: int, text: str, end: int | None = None) -> froze
         raise CodecError(f"completion map is not valid base64: {text[:16]!r}...") from exc
     if tag.isupper():
         try:
-            raw = _decompress(raw)
+            raw = _decompress(raw, max_bytes)
         except zstandard.ZstdError as exc:
             raise CodecError("completion map zstd payload is corrupt") from exc
+    elif len(raw) > max_bytes:
+        raise CodecError(f"completion map of {len(raw)} bytes is larger than the {max_bytes} allowed")
     base = committed + 1
     if tag.lower() == "b":
+        if not raw:
+            raise CodecError("completion-map bitset is empty")
         if end is not None and base + ((len(raw) - 1) << 3) >= end:
             raise CodecError(f"completion-map bitset of {len(raw)} bytes reaches beyond the range end {end}")
-        offsets = {base + (i << 3) + bit for i, byte in enumerate(raw) for bit in range(8) if byte >> bit & 1}
+        count = int.from_bytes(raw, "little").bit_count()
+        if max_offsets is not None and count > max_offsets:
+            raise CodecError(f"completion map holds {count} offsets, more than the {max_offsets} allowed")
+        offsets = {base + (i << 3) + bit for i, byte in enumerate(raw) if byte for bit in range(8) if byte >> bit & 1}
         if end is not None and offsets and max(offsets) >= end:
             raise CodecError(f"completion map holds offset {max(offsets)} beyond the range end {end}")
     else:
         values = _read_varints(raw)
         if len(values) % 2:
             raise CodecError("run-length completion map has an odd number of runs")
-        offsets = set()
+        runs: list[tuple[int, int]] = []
+        total = 0
         cursor = base
         for gap, length in zip(values[::2], values[1::2], strict=True):
             if length == 0:
@@ -152,40 +197,79 @@ def decode_completed(committed: int, text: str, end: int | None = None) -> froze
             cursor += gap
             if end is not None and cursor + length > end:
                 raise CodecError(f"completion map run reaches offset {cursor + length - 1} beyond the range end {end}")
-            offsets.update(range(cursor, cursor + length))
+            total += length
+            if max_offsets is not None and total > max_offsets:
+                raise CodecError(f"completion map holds more than the {max_offsets} offsets allowed")
+            runs.append((cursor, length))
             cursor += length
+        offsets = set()
+        for first, length in runs:
+            offsets.update(range(first, first + length))
     if not offsets:
         raise CodecError("completion map decodes to an empty set")
     return frozenset(offsets)
 
 
-def encode_mirror(ranges: Sequence[RangeProgress], limit: int = MIRROR_LIMIT) -> str:
+def encode_mirror(
+    ranges: Sequence[RangeProgress],
+    limit: int = MIRROR_LIMIT,
+    *,
+    key: bytes | None = None,
+    context: str = "",
+) -> str:
     """Mirror a partition's open ranges into commit metadata, fitting in ``limit``.
 
-    When the full form does not fit, degrade in ways that can only cause
-    re-delivery, never loss: first drop the completion maps (their offsets are
-    backfilled again), then merge neighbouring ranges into covering ranges (the
-    gap between them, already read by the primary, is re-read too).
+    When the full form does not fit (or holds more than ``MIRROR_MAX_ROWS``
+    rows), degrade in ways that can only cause re-delivery, never loss: first
+    drop the completion maps (their offsets are backfilled again), then merge
+    neighbouring ranges into covering ranges (the gap between them, already
+    read by the primary, is re-read too).
+
+    With ``key``, the mirror is signed (HMAC-SHA256 over ``context`` and the
+    body, truncated to 128 bits) so that :func:`decode_mirror` with the same key
+    ignores anything else.  ``context`` binds the signature to where the mirror
+    is written (e.g. group, topic and partition), so a signed mirror copied to
+    another partition is refused too.
     """
     entries = sorted((r for r in ranges if not r.done), key=lambda r: r.start)
     if not entries:
         return ""
-    text = _mirror_text(entries, with_maps=True)
-    if len(text) <= limit:
+
+    def fits(text: str) -> bool:
+        return len(text) <= limit
+
+    def render(rows: Sequence[RangeProgress], with_maps: bool) -> str:
+        return _sign(_mirror_text(rows, with_maps=with_maps), key, context)
+
+    text = render(entries, True) if len(entries) <= MIRROR_MAX_ROWS else ""
+    if text and fits(text) and _maps_within_cap(entries):
         return text
-    text = _mirror_text(entries, with_maps=False)
-    while len(text) > limit and len(entries) > 1:
-        gaps = [entries[i + 1].start - entries[i].end for i in range(len(entries) - 1)]
-        i = gaps.index(min(gaps))
-        a, b = entries[i], entries[i + 1]
-        # Cover both (even if they overlap or nest): everything from the lower committed
-        # offset to the higher end is re-delivered, so nothing unfinished is dropped.
-        merged_end = max(a.end, b.end)
-        entries[i : i + 2] = [RangeProgress(a.start, merged_end, min(a.committed, b.committed))]
-        text = _mirror_text(entries, with_maps=False)
-    if len(text) > limit:
+    entries = [RangeProgress(r.start, r.end, r.committed) for r in entries]
+    while len(entries) > MIRROR_MAX_ROWS:
+        _merge_closest(entries)
+    text = render(entries, False)
+    while not fits(text) and len(entries) > 1:
+        _merge_closest(entries)
+        text = render(entries, False)
+    if not fits(text):
         raise ValueError(f"mirror of one range does not fit in {limit} characters")
     return text
+
+
+def _merge_closest(entries: list[RangeProgress]) -> None:
+    """Merge the two neighbours with the smallest gap into one covering range, in place.
+
+    Cover both (even if they overlap or nest): everything from the lower committed
+    offset to the higher end is re-delivered, so nothing unfinished is dropped.
+    """
+    gaps = [entries[i + 1].start - entries[i].end for i in range(len(entries) - 1)]
+    i = gaps.index(min(gaps))
+    a, b = entries[i], entries[i + 1]
+    entries[i : i + 2] = [RangeProgress(a.start, max(a.end, b.end), min(a.committed, b.committed))]
+
+
+def _maps_within_cap(entries: Sequence[RangeProgress]) -> bool:
+    return sum(len(r.completed) for r in entries) <= MIRROR_MAX_COMPLETED
 
 
 def _mirror_text(entries: Sequence[RangeProgress], with_maps: bool) -> str:
@@ -199,34 +283,121 @@ def _mirror_text(entries: Sequence[RangeProgress], with_maps: bool) -> str:
     return _MIRROR_PREFIX + "J" + base64.b64encode(raw).decode("ascii")
 
 
+def _mac(key: bytes, context: str, body: str) -> str:
+    digest = hmac.new(key, context.encode("utf-8") + b"\0" + body.encode("ascii"), hashlib.sha256).digest()
+    return base64.b64encode(digest[:_MAC_BYTES]).decode("ascii")
+
+
+def _sign(text: str, key: bytes | None, context: str) -> str:
+    if key is None:
+        return text
+    body = text[len(_MIRROR_PREFIX) :]
+    return f"{_MIRROR_PREFIX}{_SIGNED}{_mac(key, context, body)}.{body}"
+
+
 def is_mirror(text: str | None) -> bool:
     return bool(text) and str(text).startswith(_MIRROR_PREFIX)
 
 
-def decode_mirror(text: str) -> list[RangeProgress]:
-    """Ranges mirrored by :func:`encode_mirror`; '' or foreign metadata gives []."""
-    if not is_mirror(text):
-        return []
+def _verified_body(text: str, key: bytes | None, context: str) -> str:
+    """The mirror body (``Z...`` or ``J...``) after the signature check."""
     body = text[len(_MIRROR_PREFIX) :]
+    signed = body[:1] == _SIGNED
+    if signed:
+        mac, dot, rest = body[1 : 1 + _MAC_CHARS], body[1 + _MAC_CHARS : 2 + _MAC_CHARS], body[2 + _MAC_CHARS :]
+        if dot != "." or len(mac) != _MAC_CHARS:
+            raise CodecError("signed commit-metadata mirror is malformed")
+        if key is not None and not hmac.compare_digest(mac, _mac(key, context, rest)):
+            raise CodecError("commit-metadata mirror is not signed with the configured mirror key; ignored")
+        return rest
+    if key is not None:
+        raise CodecError("commit-metadata mirror is unsigned but a mirror key is configured; ignored")
+    return body
+
+
+def _shape_ok(raw: bytes) -> bool:
+    """A cheap (C-speed) pre-check before json.loads sees hostile bytes.
+
+    A mirror is a list of rows whose only strings are base64 completion maps, so
+    it holds exactly one '[' per row plus one and no '{' at all.  Counting them
+    bounds both the row count and the nesting depth before anything is parsed.
+    """
+    return raw.count(b"[") <= MIRROR_MAX_ROWS + 1 and b"{" not in raw
+
+
+def decode_mirror(text: str, *, key: bytes | None = None, context: str = "") -> list[RangeProgress]:
+    """Ranges mirrored by :func:`encode_mirror`; '' or foreign metadata gives [].
+
+    Strict and bounded (see the module docstring): every offset in
+    ``[0, OFFSET_LIMIT)``, at most ``MIRROR_MAX_ROWS`` rows and
+    ``MIRROR_MAX_COMPLETED`` completed offsets, a body of at most
+    ``MIRROR_MAX_DECOMPRESSED`` bytes.  Duplicate and overlapping rows are merged
+    into one covering range whose committed offset is the lowest of theirs (an
+    offset counts as done only if every row holding it says so), sorted by start.
+    Raises only ``CodecError``.
+    """
+    if not isinstance(text, str) or not is_mirror(text):
+        return []
     try:
+        body = _verified_body(text, key, context)
         raw = base64.b64decode(body[1:], validate=True)
         if body[:1] == "Z":
-            raw = _decompress(raw)
+            raw = _decompress(raw, MIRROR_MAX_DECOMPRESSED)
         elif body[:1] != "J":
             raise CodecError(f"unknown mirror encoding {body[:1]!r}")
+        if len(raw) > MIRROR_MAX_DECOMPRESSED:
+            raise CodecError(f"commit-metadata mirror of {len(raw)} bytes exceeds {MIRROR_MAX_DECOMPRESSED}")
+        if not _shape_ok(raw):
+            raise CodecError(
+                f"commit-metadata mirror has more than {MIRROR_MAX_ROWS} rows, or nesting or objects it never has"
+            )
         rows = json.loads(raw)
         if not isinstance(rows, list):
             raise CodecError(f"commit-metadata mirror is not a list of ranges: {text[:24]!r}...")
-        ranges = []
+        if len(rows) > MIRROR_MAX_ROWS:
+            raise CodecError(f"commit-metadata mirror has {len(rows)} rows, more than the {MIRROR_MAX_ROWS} allowed")
+        ranges: list[RangeProgress] = []
+        budget = MIRROR_MAX_COMPLETED
         for row in rows:
-            if not isinstance(row, list) or len(row) != 4:
-                raise CodecError(f"commit-metadata mirror row {row!r} is not [start, end, committed, map]")
-            s, e, c, m = row
-            if not all(type(v) is int for v in (s, e, c)) or not isinstance(m, str):
-                raise CodecError(f"commit-metadata mirror row {row!r} has a field of the wrong type")
-            ranges.append(RangeProgress(s, e, c, decode_completed(c, m, end=e)))
-        return ranges
+            progress = _decode_row(row, budget)
+            budget -= len(progress.completed)
+            ranges.append(progress)
+        return _merge_rows(ranges)
     except CodecError:
         raise
-    except (binascii.Error, ValueError, TypeError, RecursionError, zstandard.ZstdError) as exc:
+    except (binascii.Error, ValueError, TypeError, RecursionError, MemoryError, zstandard.ZstdError) as exc:
         raise CodecError(f"commit-metadata mirror is corrupt: {text[:24]!r}...") from exc
+
+
+def _decode_row(row: object, budget: int) -> RangeProgress:
+    if not isinstance(row, list) or len(row) != 4:
+        raise CodecError(f"commit-metadata mirror row {_clip(row)} is not [start, end, committed, map]")
+    s, e, c, m = row
+    if not all(type(v) is int for v in (s, e, c)) or not isinstance(m, str):
+        raise CodecError(f"commit-metadata mirror row {_clip(row)} has a field of the wrong type")
+    if not 0 <= s <= c <= e < OFFSET_LIMIT:
+        raise CodecError(
+            f"commit-metadata mirror row {_clip(row)} needs 0 <= start <= committed <= end < {OFFSET_LIMIT}"
+        )
+    completed = decode_completed(c, m, end=e, max_offsets=budget, max_bytes=MIRROR_MAX_DECOMPRESSED)
+    return RangeProgress(s, e, c, completed)
+
+
+def _merge_rows(ranges: list[RangeProgress]) -> list[RangeProgress]:
+    """Sort; merge duplicates and overlaps conservatively; drop empty and finished rows."""
+    merged: list[RangeProgress] = []
+    for r in sorted((r for r in ranges if r.end > r.start), key=lambda r: (r.start, r.end)):
+        last = merged[-1] if merged else None
+        if last is not None and r.start < last.end:
+            if r == last:
+                continue
+            # Below min(committed) every row that holds an offset says it is done; maps are dropped.
+            merged[-1] = RangeProgress(last.start, max(last.end, r.end), min(last.committed, r.committed))
+        else:
+            merged.append(r)
+    return [r for r in merged if not r.done]
+
+
+def _clip(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

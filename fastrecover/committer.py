@@ -38,10 +38,14 @@ log = logging.getLogger("fastrecover.committer")
 class StoreLink:
     """The store handle, opened lazily and re-tried after a back-off when it is down."""
 
-    def __init__(self, url: str, create: bool, backoff_s: float) -> None:
+    def __init__(
+        self, url: str, create: bool, backoff_s: float, lock_timeout_ms: int, statement_timeout_ms: int
+    ) -> None:
         self.url = url
         self._create = create
         self._backoff = backoff_s
+        self._lock_timeout_ms = lock_timeout_ms
+        self._statement_timeout_ms = statement_timeout_ms
         self._store: RangeStore | None = None
         self._retry_at = 0.0
 
@@ -51,7 +55,12 @@ class StoreLink:
         if not force and time.monotonic() < self._retry_at:
             return None
         try:
-            self._store = open_store(self.url, create=self._create)
+            self._store = open_store(
+                self.url,
+                create=self._create,
+                lock_timeout_ms=self._lock_timeout_ms,
+                statement_timeout_ms=self._statement_timeout_ms,
+            )
         except StoreUnavailableError as exc:  # a store behind in schema is the operator's to fix: it raises
             self._retry_at = time.monotonic() + self._backoff
             log.warning("range store unavailable (%s); fast recovery is off until it answers", exc)

@@ -75,8 +75,50 @@ def _int_parser(minimum: int, maximum: int | None = None) -> Callable[[str, obje
 
 def _store_url(key: str, value: object) -> str:
     if not isinstance(value, str) or "://" not in value:
-        raise ConfigError(f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {value!r}")
+        shown: object = value
+        if isinstance(value, str):
+            shown = _masked_url(value)
+        elif isinstance(value, bytes):
+            shown = _masked_url(value.decode("utf-8", "replace")).encode("utf-8")
+        raise ConfigError(f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {shown!r}")
     return value
+
+
+def _masked_url(url: str) -> str:
+    from fastrecover.store.sql import mask_url  # imported late: it pulls in SQLAlchemy
+
+    return mask_url(url)
+
+
+#: Words that make a configuration key's value a secret in repr() and logs.
+_SECRET_KEY_WORDS = ("password", "secret", "token", "credential", "key.pem", "mirror.key", "sasl.jaas")
+
+
+def is_secret_key(key: str) -> bool:
+    """True for keys whose values must never be printed (sasl.password, ssl.key.password, ...)."""
+    lowered = key.lower()
+    return any(word in lowered for word in _SECRET_KEY_WORDS)
+
+
+def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with secret values replaced by ``***`` and URLs masked, for logs and repr."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if is_secret_key(str(key)):
+            out[key] = "***"
+        elif isinstance(value, str) and "://" in value:
+            out[key] = _masked_url(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _mirror_key(key: str, value: object) -> bytes:
+    """A secret of at least 16 characters (bytes or text); never echoed in errors."""
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    if not isinstance(raw, bytes) or len(raw) < 16:
+        raise ConfigError(f"{key}: expected a secret of at least 16 characters (the value is not shown)")
+    return raw
 
 
 def _owner(key: str, value: object) -> str:
@@ -135,12 +177,32 @@ KEYS: dict[str, _Key] = {
         _int_parser(1, 600_000),
         "Broker timeout of recovery's look-ups (committed offsets, watermarks) when partitions are assigned.",
     ),
+    "fastrecover.commit.mirror.key": _Key(
+        None,
+        _mirror_key,
+        "Secret (>= 16 characters) that signs the commit-metadata mirror (HMAC-SHA256); when set, "
+        "unsigned or foreign mirrors are ignored.",
+    ),
+    "fastrecover.store.lock.timeout.ms": _Key(
+        5_000,
+        _int_parser(1, 3_600_000),
+        "Longest wait for a row lock (PostgreSQL lock_timeout) or the write lock (SQLite busy timeout).",
+    ),
+    "fastrecover.store.statement.timeout.ms": _Key(
+        10_000,
+        _int_parser(0, 3_600_000),
+        "Longest run of one store statement (PostgreSQL statement_timeout; 0 = unbounded).",
+    ),
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Settings:
-    """The validated fastrecover settings of one consumer."""
+    """The validated fastrecover settings of one consumer.
+
+    repr() masks the store URL's secrets, the mirror key and secret child
+    overrides: settings end up in logs and tracebacks.
+    """
 
     enabled: bool = False
     store_url: str = field(default_factory=_default_store_url)
@@ -155,6 +217,22 @@ class Settings:
     commit_interval_s: float = 0.2
     recovery_timeout_s: float = 10.0
     child_overrides: dict[str, Any] = field(default_factory=dict)
+    commit_mirror_key: bytes | None = None
+    store_lock_timeout_ms: int = 5_000
+    store_statement_timeout_ms: int = 10_000
+
+    def __repr__(self) -> str:
+        shown: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if name == "store_url":
+                value = _masked_url(value)
+            elif name == "commit_mirror_key":
+                value = None if value is None else "***"
+            elif name == "child_overrides":
+                value = mask_config(value)
+            shown[name] = value
+        return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
 
 def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, Any], Settings]:
@@ -206,6 +284,9 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         commit_interval_s=get("fastrecover.backfill.commit.interval.ms") / 1000.0,
         recovery_timeout_s=get("fastrecover.recovery.timeout.ms") / 1000.0,
         child_overrides=child,
+        commit_mirror_key=get("fastrecover.commit.mirror.key"),
+        store_lock_timeout_ms=get("fastrecover.store.lock.timeout.ms"),
+        store_statement_timeout_ms=get("fastrecover.store.statement.timeout.ms"),
     )
     return passthrough, settings
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from fastrecover.store.sql import mask_url, url_for_child
 from fastrecover.testing.broker import (
     Broker,
     create_topic,
@@ -83,7 +84,9 @@ def run_story(
         "--work-us",
         str(work_us),
     ]
-    base += ["--parallel", "--store-url", store_url, "--min-offsets", "100"] if parallel else ["--plain"]
+    # the store URL on argv carries no secret (ps shows argv); main() put the secrets in the environment
+    argv_url, _ = url_for_child(store_url)
+    base += ["--parallel", "--store-url", argv_url, "--min-offsets", "100"] if parallel else ["--plain"]
 
     def say(text: str) -> None:
         print(f"  [{'parallel' if parallel else 'plain   '}] {text}", file=out, flush=True)
@@ -166,7 +169,10 @@ def main(
 ) -> list[DemoResult]:
     workdir = Path(tempfile.mkdtemp(prefix="fastrecover-demo-"))
     store = store_url or f"sqlite:///{os.path.join(os.getcwd(), 'fastrecover-demo.db')}"
-    print(f"store: {store}", file=out)
+    print(f"store: {mask_url(store)}", file=out)
+    # Secrets reach the worker processes through their environment, inherited from ours, never argv.
+    _, secret_env = url_for_child(store)
+    os.environ.update(secret_env)
     print(
         f"story: {rate} records/s on {partitions} partitions, {work_us} µs of work per record, "
         f"consumer down for {lag_seconds:g} s",

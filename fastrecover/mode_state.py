@@ -55,8 +55,14 @@ class ModeState:
         self.commit_interval_s = int(conf.get("auto.commit.interval.ms", 5000)) / 1000.0
         self.cooperative = is_cooperative(conf)
         self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.book = RangeBook()
-        self.link = StoreLink(settings.store_url, settings.store_create, settings.retry_backoff_s)
+        self.book = RangeBook(self.group, settings.commit_mirror_key)
+        self.link = StoreLink(
+            settings.store_url,
+            settings.store_create,
+            settings.retry_backoff_s,
+            settings.store_lock_timeout_ms,
+            settings.store_statement_timeout_ms,
+        )
         self.link.get(force=True)
         self.child = ChildReader(
             child_config(conf, settings), batch_size=settings.batch_size, broker_timeout_s=settings.recovery_timeout_s

@@ -13,21 +13,20 @@ partition the same way and is logged once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka import Consumer as _KafkaConsumer
 
-from fastrecover.book import Held, RangeBook
+from fastrecover.book import Held, RangeBook, mirror_context
 from fastrecover.codec import decode_mirror
 from fastrecover.committer import StoreLink
 from fastrecover.config import Settings
 from fastrecover.errors import CodecError, StoreError
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.recovery import PartitionPlan, plan_partition
-from fastrecover.store import ProgressUpdate, RangeStore
+from fastrecover.store import RangeStore
 from fastrecover.tokens import Token, TopicPartitionKey
 
 log = logging.getLogger("fastrecover.recovery")
@@ -71,7 +70,6 @@ class Recoverer:
         settings: Settings,
         group: str,
         owner: str,
-        mirror_decoder: Callable[[str], list[RangeProgress]] = decode_mirror,
     ) -> None:
         self._primary = primary  # the application's object: its confluent_kafka methods, never overrides
         self._book = book
@@ -79,7 +77,6 @@ class Recoverer:
         self._settings = settings
         self._group = group
         self._owner = owner
-        self._decode = mirror_decoder
         self.reports: list[RecoveryReport] = []
 
     def recover(self, partitions: list[TopicPartition]) -> Recovered:
@@ -150,7 +147,9 @@ class Recoverer:
         if not self._settings.commit_mirror or not metadata:
             return []
         try:
-            return self._decode(metadata)
+            return decode_mirror(
+                metadata, key=self._settings.commit_mirror_key, context=mirror_context(self._group, key)
+            )
         except CodecError as exc:
             log.warning("ignoring unreadable commit-metadata mirror of %s: %s", key, exc)
             return []
@@ -237,8 +236,6 @@ class Recoverer:
         for progress in plan.restored:
             token = store.create_range(self._group, key.topic, key.partition, progress.start, progress.end, self._owner)
             token = store.claim(token.id, self._owner)
-            if token.is_open and progress.committed > token.progress.committed:
-                token = store.commit_one(ProgressUpdate(token.id, self._owner, token.epoch, progress))
             log.warning(
                 "restored range [%d, %d) of %s from the commit-metadata mirror (the store had lost it)",
                 progress.start,

@@ -9,7 +9,7 @@ succeeded start the primary at the log end (``fallback_start`` otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
@@ -47,10 +47,16 @@ def plan_partition(
 
     ``store_tokens`` are every token the store has for the partition, open and
     done: a done token tells us a mirrored range needs no restoring.
+    ``mirrored`` comes from the commit metadata and is untrusted: see
+    :func:`_restore` for why it can add re-reads but never remove any.
+
+    Invariant (property-tested): every offset in ``[committed, log_end)`` is read
+    by the primary (at or above ``primary_start``), lies in a new, restored or
+    resumed (open store) range, or lies in a done store range.
     """
     open_tokens = tuple(t for t in store_tokens if t.is_open)
     known_spans = [t.span for t in store_tokens]
-    restored = tuple(_restore(mirrored, known_spans))
+    restored = tuple(_restore(mirrored, known_spans, max(log_end, 0)))
     # done ranges count as covered too: their records are finished (by the child or a Spark job)
     covered = known_spans + [r.span for r in restored]
 
@@ -67,22 +73,43 @@ def plan_partition(
     )
 
 
-def _restore(mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange]) -> list[RangeProgress]:
-    """Mirrored ranges the store has no record of (it was wiped or replaced).
+def _restore(mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange], log_end: int) -> list[RangeProgress]:
+    """Mirrored ranges the store has no record of (it was wiped or replaced), started fresh.
 
-    Any part of a mirrored range the store knows is dropped; the unknown parts
-    keep the mirror's progress, clipped to the part.
+    The mirror is untrusted (anyone who may commit for the group writes it), so
+    only its *spans* are used, and only as a hint of what to re-read:
+
+    * each span is clipped to the log end (a range past it would swallow the
+      primary's commits and could never finish);
+    * overlapping or duplicate spans are merged into one;
+    * any part the store knows (open or done) is dropped: the store is the
+      authority there;
+    * every restored piece starts fresh at its start.  The mirror's committed
+      offset and completion map are ignored, so a forged "almost done" row
+      costs duplicates, never a skipped record.
+
+    A row that claims to be done restores nothing: ignoring it is what a consumer
+    without a mirror would do.
     """
+    spans = _union(
+        OffsetRange(entry.start, min(entry.end, log_end))
+        for entry in mirrored
+        if not entry.done and entry.start < min(entry.end, log_end)
+    )
     restored: list[RangeProgress] = []
-    for entry in mirrored:
-        if entry.done:
-            continue
-        for piece in subtract(entry.span, known):
-            # commit_upto/mark_done clip to the piece and advance over a completed offset
-            # that lands on the clipped committed offset (piece.start of a later piece).
-            progress = (
-                RangeProgress.fresh(piece.start, piece.end).commit_upto(entry.committed).mark_done(entry.completed)
-            )
-            if not progress.done:
-                restored.append(progress)
+    for span in spans:
+        for piece in subtract(span, known):
+            restored.append(RangeProgress.fresh(piece.start, piece.end))
     return restored
+
+
+def _union(spans: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """Sorted, disjoint spans covering exactly the offsets of ``spans``."""
+    out: list[OffsetRange] = []
+    for span in sorted(spans, key=lambda r: r.start):
+        if out and span.start <= out[-1].end:
+            if span.end > out[-1].end:
+                out[-1] = OffsetRange(out[-1].start, span.end)
+        else:
+            out.append(span)
+    return out

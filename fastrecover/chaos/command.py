@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from fastrecover.store.sql import mask_url
 from fastrecover.testing.worker import STALL_POINTS
 
 log = logging.getLogger("fastrecover.chaos")
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(
             f"chaos: {args.members} members, {args.cycles} kill cycles, {args.topics} topics x "
-            f"{args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {store_url}; "
+            f"{args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {mask_url(store_url)}; "
             f"work dir {workdir}",
             flush=True,
         )

@@ -54,6 +54,7 @@ from fastrecover.chaos.checker import (
 from fastrecover.chaos.producer import SequencedProducer, read_topic
 from fastrecover.errors import StoreError
 from fastrecover.store import open_store
+from fastrecover.store.sql import mask_url, url_for_child
 from fastrecover.testing.broker import create_topic
 from fastrecover.testing.waiting import Deadline
 from fastrecover.testing.worker import STALL_POINTS
@@ -303,6 +304,9 @@ class ChaosDriver:
         self._env = dict(os.environ)
         root = str(Path(fastrecover.__file__).resolve().parents[1])
         self._env["PYTHONPATH"] = root + (os.pathsep + self._env["PYTHONPATH"] if self._env.get("PYTHONPATH") else "")
+        # secrets of the store URL go to the workers through their environment, never argv (ps shows argv)
+        self._argv_store_url, secret_env = url_for_child(config.store_url)
+        self._env.update(secret_env)
         self.notes: list[str] = []
         self.stalls_missed = 0
         self._target = 0
@@ -320,7 +324,7 @@ class ChaosDriver:
             self.group,
             "--parallel",
             "--store-url",
-            c.store_url,
+            self._argv_store_url,
             "--min-offsets",
             str(c.min_offsets),
             "--commit",
@@ -434,7 +438,7 @@ class ChaosDriver:
             c.partitions,
             c.members,
             c.cycles,
-            c.store_url,
+            mask_url(c.store_url),
         )
         self.producer = SequencedProducer(c.bootstrap, self.topics, c.partitions, c.rate, self.produced_log)
         self.producer.start()

@@ -2,9 +2,13 @@
 
 from fastrecover.store.schema import HEAD_REVISION, check_schema, current_revision, upgrade
 from fastrecover.store.sql import (
+    DEFAULT_LOCK_TIMEOUT_MS,
+    DEFAULT_STATEMENT_TIMEOUT_MS,
     CommitResult,
+    InvalidValueError,
     ProgressUpdate,
     RangeStore,
+    StoreCorruptError,
     TokenNotFoundError,
     build_engine,
     mask_url,
@@ -12,10 +16,14 @@ from fastrecover.store.sql import (
 )
 
 __all__ = [
+    "DEFAULT_LOCK_TIMEOUT_MS",
+    "DEFAULT_STATEMENT_TIMEOUT_MS",
     "HEAD_REVISION",
     "CommitResult",
+    "InvalidValueError",
     "ProgressUpdate",
     "RangeStore",
+    "StoreCorruptError",
     "TokenNotFoundError",
     "build_engine",
     "check_schema",

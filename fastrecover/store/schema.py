@@ -16,13 +16,14 @@ store can share a database with an application's own Alembic history.
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
-from fastrecover.errors import SchemaBehindError, StoreError
+from fastrecover.errors import SchemaBehindError, StoreError, StoreUnavailableError
 from fastrecover.store.models import TABLE_NAME, VERSION_TABLE
 from fastrecover.store.sql import _BEGIN_OPTION, build_engine, mask_url, translate_errors
 
@@ -33,6 +34,12 @@ if TYPE_CHECKING:  # Alembic is imported only when a schema is created or migrat
 HEAD_REVISION = "0001"
 #: pg_advisory_xact_lock key serializing concurrent upgrades ("fastrec" in ASCII).
 _UPGRADE_LOCK_KEY = 0x66617374726563
+#: How long an upgrade (or a first consumer creating the schema) waits for another one's lock.
+UPGRADE_LOCK_WAIT_S = 30.0
+
+
+class SchemaLockTimeoutError(StoreUnavailableError):
+    """Another upgrade held the schema lock for longer than we may wait."""
 
 
 def migrations_dir() -> Path:
@@ -140,7 +147,26 @@ def ensure_schema(engine: Engine, url: str, *, create: bool) -> str:
     return revision
 
 
-def _upgrade_engine(engine: Engine, url: str, *, only_if_empty: bool) -> str | None:
+def _advisory_lock(conn: Connection, masked: str, wait_s: float) -> None:
+    """Take the upgrade lock, waiting at most ``wait_s``: an upgrade never blocks forever.
+
+    pg_try_advisory_xact_lock in a loop rather than pg_advisory_xact_lock under a
+    lock_timeout, so the error can say who to look for instead of a driver message.
+    """
+    deadline = time.monotonic() + wait_s
+    while not conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK_KEY}).scalar_one():
+        if time.monotonic() >= deadline:
+            raise SchemaLockTimeoutError(
+                f"range store {masked}: another schema upgrade (or consumer creating the schema) has held the "
+                f"fastrecover upgrade lock (pg advisory lock {_UPGRADE_LOCK_KEY}) for more than {wait_s:g} s; "
+                "wait for it to finish, or find it in pg_locks and end it, then retry"
+            )
+        time.sleep(0.1)
+
+
+def _upgrade_engine(
+    engine: Engine, url: str, *, only_if_empty: bool, lock_wait_s: float = UPGRADE_LOCK_WAIT_S
+) -> str | None:
     """Run the migrations to head in one transaction, serialized against other upgraders.
 
     ``only_if_empty`` re-checks under the lock, so two consumers starting on a
@@ -154,7 +180,7 @@ def _upgrade_engine(engine: Engine, url: str, *, only_if_empty: bool) -> str | N
     writer = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
     with translate_errors(masked, "upgrading the schema"), writer.begin() as conn:
         if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK_KEY})
+            _advisory_lock(conn, masked, lock_wait_s)
         has_version, has_table, _ = _state(conn)
         if only_if_empty and (has_version or has_table):
             return _read_revision(conn)
@@ -165,11 +191,14 @@ def _upgrade_engine(engine: Engine, url: str, *, only_if_empty: bool) -> str | N
         return _read_revision(conn)
 
 
-def upgrade(url: str) -> str:
-    """Bring the store at ``url`` to HEAD_REVISION (creating it if empty); returns the revision."""
+def upgrade(url: str, *, lock_wait_s: float = UPGRADE_LOCK_WAIT_S) -> str:
+    """Bring the store at ``url`` to HEAD_REVISION (creating it if empty); returns the revision.
+
+    Waits at most ``lock_wait_s`` for a concurrent upgrade (SchemaLockTimeoutError after).
+    """
     engine = build_engine(url)
     try:
-        revision = _upgrade_engine(engine, url, only_if_empty=False)
+        revision = _upgrade_engine(engine, url, only_if_empty=False, lock_wait_s=lock_wait_s)
     finally:
         engine.dispose()
     if revision != HEAD_REVISION:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, create_engine, event, select, update
+from sqlalchemy import Table, and_, create_engine, delete, event, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -64,13 +64,35 @@ _T = cast(Table, RangeRow.__table__)
 _KEY_COLUMNS = ("group_id", "topic", "partition", "start_offset")
 #: Execution option read by our SQLite "begin" hook: DEFERRED for reads, IMMEDIATE for writes.
 _BEGIN_OPTION = "fastrecover_sqlite_begin"
-_SQLITE_TIMEOUT_S = 30
 _PG_CONNECT_TIMEOUT_S = 10
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+#: Default wait for a row lock (PostgreSQL lock_timeout) or the write lock (SQLite busy timeout).
+#: A consumer's poll() and commit() may wait this long on the store, never forever.
+DEFAULT_LOCK_TIMEOUT_MS = 5_000
+#: Default cap of one statement (PostgreSQL statement_timeout). 0 disables either timeout.
+DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+#: Largest offset the store's BIGINT columns hold.
+BIGINT_MAX = 2**63 - 1
+_INT_MAX = 2**31 - 1
+#: SQLite messages that mean "the file is not a usable database" (not "try again later").
+_CORRUPT_MARKERS = ("file is not a database", "database disk image is malformed", "file is encrypted")
 
 
 class TokenNotFoundError(StoreError, LookupError):
     """No range token has the requested id (it was never created or was deleted by hand)."""
+
+
+class StoreCorruptError(StoreUnavailableError):
+    """The store's file is not a usable database (corrupt, truncated, or not SQLite at all).
+
+    A subclass of StoreUnavailableError on purpose: a consumer treats a corrupt
+    store like an unreachable one (it degrades to a plain consumer and logs),
+    since neither can tell it anything about its ranges; the CLI prints it as a
+    one-line error.
+    """
+
+
+class InvalidValueError(StoreError, ValueError):
+    """A value handed to the store is out of what it can hold (e.g. an offset above BIGINT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +118,52 @@ class CommitResult:
     fenced: list[int] = field(default_factory=list)
 
 
+#: Query-string keys whose values are secrets (matched case-insensitively, anywhere in the key).
+_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
+_SECRET_QUERY = re.compile(
+    r"([?&;])([^=&;#]*(?:" + "|".join(_SECRET_WORDS) + r")[^=&;#]*)=([^&;#]*)",
+    re.IGNORECASE,
+)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)(.*)$", re.DOTALL)
+_MASK = "***"
+
+
 def mask_url(url: str | URL) -> str:
-    """The URL with its password replaced by ``***``, safe for messages and logs."""
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return _PASSWORD_IN_URL.sub(r"\1***@", url)
+    """The URL with every secret replaced by ``***``, safe for messages, logs and files.
+
+    Works on the text, not on a parse, so a URL that SQLAlchemy would mis-parse
+    (a password holding ``@`` or ``/``) or not parse at all leaks nothing: the
+    user-info ends at the *last* ``@`` and everything after its first ``:`` is
+    masked, and so is the value of every query parameter whose name contains
+    password, secret or token (``?password=``, ``?sslpassword=``, ...).  When in
+    doubt it masks too much, never too little.
+    """
+    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
+    match = _SCHEME.match(text)
+    if match is None:
+        # Not a URL at all: still hide anything that looks like key=secret or user:secret@.
+        # Anything after a ':' may be a password (user:secret, with or without a host after it).
+        text = _SECRET_QUERY.sub(rf"\1\2={_MASK}", "?" + text)[1:]
+        return text.split(":", 1)[0] + ":" + _MASK if ":" in text else text
+    scheme, rest = match.groups()
+    # The user-info ends at the last '@'; a URL SQLAlchemy mis-parsed (an unescaped '@' in the
+    # password) renders the rest of the password with the real '@' escaped as %40, so that counts too.
+    at, sep = rest.rfind("@"), "@"
+    escaped = rest.upper().rfind("%40")
+    if escaped > at:
+        at, sep = escaped, rest[escaped : escaped + 3]
+    if at >= 0:
+        userinfo, rest = rest[:at], rest[at + len(sep) :]
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":" + _MASK
+        rest = userinfo + sep + rest
+    return scheme + _SECRET_QUERY.sub(rf"\1\2={_MASK}", rest)
+
+
+def has_secret(url: str | URL) -> bool:
+    """True when :func:`mask_url` hides something: the URL must not go into argv or files."""
+    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
+    return mask_url(text) != text
 
 
 def _reason(exc: BaseException) -> str:
@@ -134,6 +194,9 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+_TRANSLATED: tuple[type[BaseException], ...] = (*_UNAVAILABLE, DBAPIError, sqlite3.DatabaseError)
+
+
 @contextlib.contextmanager
 def translate_errors(masked_url: str, action: str) -> Iterator[None]:
     """Turn SQLAlchemy/driver failures into our StoreError family, keeping the cause.
@@ -144,25 +207,68 @@ def translate_errors(masked_url: str, action: str) -> Iterator[None]:
     """
     try:
         yield
-    except _UNAVAILABLE as exc:
-        raise StoreUnavailableError(f"range store {masked_url} is unavailable while {action}: {_reason(exc)}") from exc
-    except DBAPIError as exc:
-        if exc.connection_invalidated:
+    except _TRANSLATED as exc:
+        if _is_corrupt(exc):
+            raise StoreCorruptError(
+                f"range store {masked_url} is not a usable database while {action}: {_reason(exc)}"
+            ) from exc
+        if isinstance(exc, _UNAVAILABLE):
+            raise StoreUnavailableError(
+                f"range store {masked_url} is unavailable while {action}: {_reason(exc)}"
+            ) from exc
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
             raise StoreUnavailableError(
                 f"range store {masked_url} lost its connection while {action}: {_reason(exc)}"
             ) from exc
         raise StoreError(f"range store {masked_url} failed while {action}: {_reason(exc)}") from exc
 
 
-def _normalize_url(url: str) -> URL:
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError) as exc:
-        raise ConfigError(f"invalid store URL {mask_url(url)!r}: {exc}") from exc
+def _is_corrupt(exc: BaseException) -> bool:
+    orig = getattr(exc, "orig", None) or exc
+    return isinstance(orig, sqlite3.DatabaseError) and any(m in str(orig) for m in _CORRUPT_MARKERS)
+
+
+def _normalize_url(url: str | URL) -> URL:
+    if isinstance(url, URL):
+        parsed = url
+    else:
+        if not isinstance(url, str) or "://" not in url:
+            raise ConfigError(
+                f"invalid store URL {mask_url(str(url))!r}: expected an SQLAlchemy URL such as "
+                "sqlite:///fastrecover.db or postgresql+psycopg://user@host/db"
+            )
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError):
+            # The parser's message repeats the raw URL, password included: keep it out of the chain.
+            raise ConfigError(
+                f"invalid store URL {mask_url(url)!r}: not of the form dialect+driver://user:password@host/database"
+            ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         # Plain postgresql:// would pick psycopg2, which we do not depend on.
         parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_query(parsed)
     return parsed
+
+
+def _check_sqlite_query(url: URL) -> None:
+    """SQLite's URL parameters go to sqlite3.connect: refuse bad ones with our error, not a traceback."""
+    timeout = url.query.get("timeout")
+    if timeout is not None:
+        value = timeout if isinstance(timeout, str) else timeout[-1]
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds <= 3600:  # also refuses nan
+            raise ConfigError(
+                f"invalid store URL {mask_url(url)!r}: timeout={value!r} must be a number of seconds in [0, 3600]"
+            )
+    for name in ("check_same_thread", "uri"):
+        flag = url.query.get(name)
+        if flag is not None and str(flag).lower() not in ("true", "false", "1", "0"):
+            raise ConfigError(f"invalid store URL {mask_url(url)!r}: {name}={flag!r} must be true or false")
 
 
 def _is_sqlite_memory(url: URL) -> bool:
@@ -179,38 +285,101 @@ def _sqlite_file(url: URL) -> str | None:
     return url.database
 
 
-def build_engine(url: str) -> Engine:
-    """An Engine configured for concurrent use by the consumer and the child thread."""
+def _check_timeout(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3_600_000:
+        raise ConfigError(f"{name}: expected milliseconds in [0, 3600000], got {value!r}")
+    return value
+
+
+def build_engine(
+    url: str | URL,
+    *,
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+    read_only: bool = False,
+) -> Engine:
+    """An Engine configured for concurrent use by the consumer and the child thread.
+
+    Every wait is bounded, so a store that hangs cannot hang ``poll()``: PostgreSQL
+    gets ``lock_timeout`` and ``statement_timeout`` on every connection, SQLite a
+    busy timeout of ``lock_timeout_ms`` (0 turns a timeout off).  ``read_only``
+    opens a SQLite file read-only and never switches it to WAL, so a file or
+    directory without write permission can still be inspected.
+    """
+    _check_timeout("fastrecover.store.lock.timeout.ms", lock_timeout_ms)
+    _check_timeout("fastrecover.store.statement.timeout.ms", statement_timeout_ms)
     parsed = _normalize_url(url)
     backend = parsed.get_backend_name()
+    memory = _is_sqlite_memory(parsed)
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if backend == "sqlite":
-        if _is_sqlite_memory(parsed):
+        if memory:
             # One shared connection, else every pooled connection is a new empty database.
             kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
         else:
-            kwargs["connect_args"] = {"timeout": _SQLITE_TIMEOUT_S}
+            path = _sqlite_file(parsed)
+            if read_only and path is not None:
+                parsed = _read_only_url(path)
+            elif path is not None and not os.path.exists(path):
+                _create_private_file(path, mask_url(parsed))
+            kwargs["connect_args"] = {"timeout": lock_timeout_ms / 1000.0}
     elif backend == "postgresql":
         kwargs["connect_args"] = {"connect_timeout": _PG_CONNECT_TIMEOUT_S}
     try:
         engine = create_engine(parsed, **kwargs)
-    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
-        raise ConfigError(f"cannot use store URL {mask_url(parsed)}: {exc}") from exc
+    except (ArgumentError, NoSuchModuleError, ImportError, ValueError, TypeError) as exc:
+        raise ConfigError(f"cannot use store URL {mask_url(parsed)}: {_reason(exc)}") from exc
     if backend == "sqlite":
-        _install_sqlite_hooks(engine, memory=_is_sqlite_memory(parsed))
+        _install_sqlite_hooks(engine, memory=memory, busy_ms=lock_timeout_ms, read_only=read_only)
+    elif backend == "postgresql":
+        _install_pg_hooks(engine, lock_timeout_ms, statement_timeout_ms, read_only)
     return engine
 
 
-def _set_wal(cursor: Any) -> None:
+def _read_only_url(path: str) -> URL:
+    """A SQLite URL opening ``path`` read-only (an SQLite URI filename: ``file:...?mode=ro``).
+
+    In a directory we may not write, SQLite cannot create the WAL index (-shm) a
+    WAL-mode file needs even for reading; ``immutable=1`` then reads the file as
+    it is, which is right for inspecting a store nobody can be writing to there.
+    """
+    absolute = os.path.abspath(path)
+    directory = os.path.dirname(absolute) or "."
+    query = {"mode": "ro", "uri": "true"}
+    if not os.access(directory, os.W_OK) and not os.path.exists(absolute + "-shm"):
+        query["immutable"] = "1"
+    return URL.create("sqlite", database="file:" + absolute, query=query)
+
+
+def _install_pg_hooks(engine: Engine, lock_ms: int, statement_ms: int, read_only: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # SET (not connect options) so a user's own ?options=... in the URL still applies.
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"SET lock_timeout = {int(lock_ms)}")
+            cursor.execute(f"SET statement_timeout = {int(statement_ms)}")
+            if read_only:
+                cursor.execute("SET default_transaction_read_only = on")
+        finally:
+            cursor.close()
+        dbapi_connection.commit()
+
+
+def _set_wal(cursor: Any, busy_ms: int) -> None:
     """Switch a fresh file to WAL, retrying while another opener converts it.
 
     SQLite answers "database is locked" at once, without its busy handler, when
     two connections switch a new file to WAL together (several consumers starting
-    on an empty store); the switch is quick, so a bounded retry is enough.
+    on an empty store); the switch is quick, so a bounded retry is enough.  A file
+    already in WAL mode is left alone: asking again would need a write.
     """
-    deadline = time.monotonic() + _SQLITE_TIMEOUT_S
+    deadline = time.monotonic() + max(busy_ms, 1_000) / 1000.0
     while True:
         try:
+            mode = cursor.execute("PRAGMA journal_mode").fetchone()
+            if mode is not None and str(mode[0]).lower() == "wal":
+                return
             cursor.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
@@ -219,17 +388,17 @@ def _set_wal(cursor: Any) -> None:
             time.sleep(0.01)
 
 
-def _install_sqlite_hooks(engine: Engine, *, memory: bool) -> None:
+def _install_sqlite_hooks(engine: Engine, *, memory: bool, busy_ms: int, read_only: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take BEGIN away from sqlite3 (see the module docstring); emit it in _on_begin.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_TIMEOUT_S * 1000}")
-            if not memory:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+            if not memory and not read_only:
                 # WAL lets the consumer read while the child writes.
-                _set_wal(cursor)
+                _set_wal(cursor, busy_ms)
         finally:
             cursor.close()
 
@@ -245,14 +414,26 @@ def _now() -> datetime:
 
 def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > NAME_MAX:
-        raise ValueError(f"{what} must be a non-empty string of at most {NAME_MAX} characters, got {value!r}")
+        shown = value if not isinstance(value, str) or len(value) <= 80 else value[:80] + "..."
+        raise InvalidValueError(
+            f"{what} must be a non-empty string of at most {NAME_MAX} characters, got {shown!r}"
+            + (f" ({len(value)} characters)" if isinstance(value, str) else "")
+        )
     return value
 
 
-def _check_int(what: str, value: object, minimum: int = 0) -> int:
+def _check_int(what: str, value: object, minimum: int = 0, maximum: int = BIGINT_MAX) -> int:
+    """Refuse what the columns cannot hold before the driver sees it (it would raise OverflowError)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+        raise InvalidValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    if value > maximum:
+        raise InvalidValueError(f"{what} must be an integer <= {maximum} (what the store can hold), got {value!r}")
     return value
+
+
+def _check_progress(what: str, progress: RangeProgress) -> None:
+    for name, value in (("start", progress.start), ("end", progress.end), ("committed", progress.committed)):
+        _check_int(f"{name} offset of {what}", value)
 
 
 class RangeStore:
@@ -317,7 +498,8 @@ class RangeStore:
         _check_name("topic", topic)
         if owner is not None:
             _check_name("owner", owner)
-        for what, value in (("partition", partition), ("start", start), ("end", end)):
+        _check_int("partition", partition, 0, _INT_MAX)
+        for what, value in (("start", start), ("end", end)):
             _check_int(what, value)
         if end < start:
             raise ValueError(
@@ -489,7 +671,8 @@ class RangeStore:
             if not isinstance(u, ProgressUpdate) or not isinstance(u.progress, RangeProgress):
                 raise ValueError(f"expected ProgressUpdate with a RangeProgress, got {u!r}")
             _check_int("token id", u.token_id, 1)
-            _check_int(f"epoch of range #{u.token_id}", u.epoch)
+            _check_progress(f"range #{u.token_id}", u.progress)
+            _check_int(f"epoch of range #{u.token_id}", u.epoch, 0, _INT_MAX)
             _check_name(f"owner of range #{u.token_id}", u.owner)
             if u.skipped is not None:
                 _check_int(f"skipped of range #{u.token_id}", u.skipped)
@@ -571,8 +754,33 @@ class RangeStore:
             log.info("release of range #%d by owner=%r epoch=%d ignored: no longer held", token_id, owner, epoch)
         return released
 
+    def delete_open(self, group: str, token_ids: Sequence[int]) -> int:
+        """Delete the group's ranges with these ids that are still open; returns how many.
 
-def open_store(url: str, *, create: bool = True) -> RangeStore:
+        For ``fastrecover rollback`` only: once Kafka's offset is moved back below
+        a range, the range is Kafka's business again.  Done ranges are never
+        deleted here (they record finished work), nor is a range that finished
+        or changed group since the caller read it.
+        """
+        _check_name("group", group)
+        ids = sorted({_check_int("token id", i, 1) for i in token_ids})
+        if not ids:
+            return 0
+        with self._tx(f"deleting {len(ids)} open range(s) of group {group!r}", write=True) as conn:
+            res = conn.execute(
+                delete(_T).where(_T.c.id.in_(ids), _T.c.group_id == group, _T.c.state == TokenState.OPEN.value)
+            )
+            return int(res.rowcount)
+
+
+def open_store(
+    url: str,
+    *,
+    create: bool = True,
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+    read_only: bool = False,
+) -> RangeStore:
     """Open (and on first use create) the range store at ``url``.
 
     A database without any fastrecover schema is initialised when ``create`` is
@@ -580,21 +788,87 @@ def open_store(url: str, *, create: bool = True) -> RangeStore:
     schema that is behind this library is never upgraded implicitly (other
     consumers may still run the old version): SchemaBehindError names the
     ``fastrecover db upgrade`` command to run.
+
+    A new SQLite file is created with mode 0600: it holds the group's progress
+    and nobody else needs to read it.  ``read_only`` (implies ``create=False``)
+    writes nothing at all, for inspecting a store one may not write.  A file
+    that is not a usable database raises StoreCorruptError, a
+    StoreUnavailableError, so a consumer degrades exactly as for an unreachable
+    store.
     """
     from fastrecover.store import schema  # schema imports this module
 
     parsed = _normalize_url(url)
+    create = create and not read_only
     path = _sqlite_file(parsed)
-    if path is not None and not create and not os.path.exists(path):
+    if path is not None and not os.path.exists(path) and not create:
         # Do not let sqlite3 create an empty file as a side effect (e.g. of `status` on a typo).
         raise SchemaBehindError(
             f"range store {mask_url(parsed)}: SQLite file {path} does not exist; "
             f"to create it, run: {schema.upgrade_command(url)}"
         )
-    engine = build_engine(url)
+    engine = build_engine(
+        parsed, lock_timeout_ms=lock_timeout_ms, statement_timeout_ms=statement_timeout_ms, read_only=read_only
+    )
     try:
         schema.ensure_schema(engine, url, create=create)
     except BaseException:
         engine.dispose()
         raise
     return RangeStore(engine, url)
+
+
+def _create_private_file(path: str, masked_url: str) -> None:
+    """Create an empty SQLite file readable by its owner only (sqlite3 would use 0644 under umask 022)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return  # another opener was first; it created it the same way
+    except OSError as exc:
+        # Missing directory, no permission: sqlite3 reports it as the store being unavailable.
+        log.debug("range store %s: cannot pre-create %s: %s", masked_url, path, exc.strerror)
+        return
+    os.close(fd)
+
+
+def validate_url(url: str) -> None:
+    """ConfigError (secrets masked) unless ``url`` is a store URL we can use; opens nothing."""
+    _normalize_url(url)
+
+
+#: Environment variable through which tools hand a store URL, secrets included, to child processes.
+STORE_URL_ENV = "FASTRECOVER_STORE_URL"
+
+
+def url_for_child(url: str) -> tuple[str, dict[str, str]]:
+    """Split ``url`` into what may go on a child's command line and what must go in its environment.
+
+    Command lines are visible to every user of the machine (``ps``), the
+    environment is not.  The returned URL has its password and secret query
+    parameters removed; the environment carries the full URL (as
+    ``FASTRECOVER_STORE_URL``) and, for PostgreSQL, the password as
+    ``PGPASSWORD``, which libpq uses when the URL has none.  So a child that
+    only reads its ``--store-url`` still authenticates with a password-only URL.
+    """
+    if not has_secret(url):
+        return url, {}
+    env = {STORE_URL_ENV: url}
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return mask_url(url), env
+    if parsed.password is not None and parsed.get_backend_name() == "postgresql":
+        env["PGPASSWORD"] = str(parsed.password)
+    query = {k: v for k, v in parsed.query.items() if not _SECRET_QUERY.match(f"?{k}=")}
+    # URL.set(password=None) keeps the old password: build the URL anew.
+    safe = URL.create(
+        parsed.drivername,
+        username=parsed.username,
+        host=parsed.host,
+        port=parsed.port,
+        database=parsed.database,
+        query=query,
+    ).render_as_string(hide_password=False)
+    if has_secret(safe):  # pragma: no cover - defensive: never hand out a secret on argv
+        safe = mask_url(safe)
+    return safe, env

@@ -62,7 +62,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--group", required=True)
     p.add_argument("--parallel", action="store_true", help="enable.parallel.rebalance")
     p.add_argument("--plain", action="store_true", help="use confluent_kafka.Consumer itself (baseline)")
-    p.add_argument("--store-url")
+    p.add_argument("--store-url", default=os.environ.get("FASTRECOVER_STORE_URL"))
     p.add_argument("--min-offsets", type=int, default=1)
     p.add_argument("--ledger", required=True, help="append-only file of finished records")
     p.add_argument(

@@ -258,11 +258,13 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(
         poll_until(
             second,
             more,
-            lambda: {m.offset() for m in more} >= set(range(40, 200)),
+            lambda: {m.offset() for m in more} >= set(range(30, 200)),
             60,
             "the mirrored range backfilled from the new store",
         )
-        assert min(m.offset() for m in more) == 40, "restored at the mirrored committed offset"
+        # the mirror is untrusted (issue 11): its committed offset counts nowhere, the range restarts
+        # at its start, so 30..39 come again (duplicates after a store loss, never a skip)
+        assert min(m.offset() for m in more) == 30, "restored fresh from the mirrored range's start"
         store = open_store(url)
         try:
             (token,) = store.open_ranges(unique_group)

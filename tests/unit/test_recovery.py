@@ -111,7 +111,7 @@ class TestNoSplit:
         mirrored = [RangeProgress(10, 50, 20)]
         plan = plan_partition(committed=100, log_end=101, min_offsets=10, mirrored=mirrored)
         assert plan.primary_start is None
-        assert plan.restored == (RangeProgress(10, 50, 20),)
+        assert plan.restored == (RangeProgress(10, 50, 10),)
 
 
 class TestOverlaps:
@@ -138,51 +138,54 @@ class TestOverlaps:
 
 
 class TestMirrorRestore:
-    def test_store_wiped_restores_mirror(self) -> None:
+    """The mirror is untrusted: its spans are re-read from their start, its progress never counts."""
+
+    def test_store_wiped_restores_mirror_fresh(self) -> None:
         mirrored = [RangeProgress(70, 120, 95, frozenset({100, 101}))]
         plan = plan_partition(committed=140, log_end=190, min_offsets=10, mirrored=mirrored)
-        assert plan.restored == (RangeProgress(70, 120, 95, frozenset({100, 101})),)
+        assert plan.restored == (RangeProgress(70, 120, 70),)
         assert plan.new_ranges == (OffsetRange(140, 190),)
 
     def test_known_open_or_done_entries_are_not_restored(self) -> None:
         mirrored = [RangeProgress(70, 120, 95), RangeProgress(140, 190, 150), RangeProgress(200, 250, 210)]
         store = [token(1, 70, 120, committed=100), token(2, 140, 190, done=True)]
         plan = plan_partition(committed=300, log_end=400, min_offsets=10, store_tokens=store, mirrored=mirrored)
-        assert plan.restored == (RangeProgress(200, 250, 210),)
+        assert plan.restored == (RangeProgress(200, 250, 200),)
         assert plan.backfill == (store[0],)
 
-    def test_done_mirror_entries_are_not_restored(self) -> None:
+    def test_done_mirror_entries_are_ignored(self) -> None:
         plan = plan_partition(committed=300, log_end=301, min_offsets=10, mirrored=[RangeProgress(0, 10, 10)])
         assert plan.restored == ()
 
-    def test_partly_known_entry_is_clipped(self) -> None:
+    def test_partly_known_entry_is_clipped_and_fresh(self) -> None:
         # the mirror merged two ranges; the store still knows the first one
         mirrored = [RangeProgress(70, 200, 90, frozenset({95, 150, 151, 199}))]
         store = [token(1, 70, 120, committed=100)]
         plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store, mirrored=mirrored)
-        assert plan.restored == (RangeProgress(120, 200, 120, frozenset({150, 151, 199})),)
+        assert plan.restored == (RangeProgress(120, 200, 120),)
 
-    def test_clipped_piece_keeps_the_mirror_committed_offset(self) -> None:
-        mirrored = [RangeProgress(0, 100, 60, frozenset({70}))]
-        store = [token(1, 20, 30, done=True)]
-        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store, mirrored=mirrored)
-        # [0, 20) is fully done per the mirror (committed 60) and so is not restored
-        assert plan.restored == (RangeProgress(30, 100, 60, frozenset({70})),)
+    def test_a_forged_almost_done_range_skips_nothing(self) -> None:
+        """Issue 11: committed = end - 1 with an empty store delivered 1 of 2,000 records."""
+        mirrored = [RangeProgress(0, 2_000, 1_999)]
+        plan = plan_partition(committed=0, log_end=2_000, min_offsets=100, mirrored=mirrored)
+        assert plan.primary_start == 2_000
+        assert plan.restored == (RangeProgress(0, 2_000, 0),)
+        assert plan.new_ranges == ()
 
-    def test_completed_offsets_at_a_piece_start_advance_it(self) -> None:
-        mirrored = [RangeProgress(0, 100, 10, frozenset({50, 51, 60}))]
-        store = [token(1, 10, 50, committed=12)]
-        plan = plan_partition(committed=100, log_end=101, min_offsets=10, store_tokens=store, mirrored=mirrored)
-        assert plan.restored == (RangeProgress(50, 100, 52, frozenset({60})),)
+    def test_ranges_past_the_log_end_are_clipped(self) -> None:
+        """Issue 11: a range past the log end swallowed every primary commit."""
+        mirrored = [RangeProgress(0, 2**62, 0), RangeProgress(5_000, 9_000, 5_000)]
+        plan = plan_partition(committed=0, log_end=2_500, min_offsets=100, mirrored=mirrored)
+        assert plan.restored == (RangeProgress(0, 2_500, 0),)
+        assert all(r.end <= 2_500 for r in plan.restored)
 
-    def test_piece_finished_per_the_mirror_is_not_restored(self) -> None:
-        mirrored = [RangeProgress(67, 147, 125, frozenset({126, 146}))]
-        store = [token(1, 66, 146)]
-        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store, mirrored=mirrored)
-        assert plan.restored == ()
+    def test_overlapping_and_duplicate_entries_are_merged(self) -> None:
+        mirrored = [RangeProgress(10, 50, 10)] * 5_000 + [RangeProgress(40, 80, 60), RangeProgress(80, 90, 85)]
+        plan = plan_partition(committed=100, log_end=101, min_offsets=10, mirrored=mirrored)
+        assert plan.restored == (RangeProgress(10, 90, 10),)
 
     def test_new_ranges_do_not_overlap_restored(self) -> None:
-        mirrored = [RangeProgress(100, 150, 100)]
+        mirrored = [RangeProgress(100, 150, 120)]
         plan = plan_partition(committed=70, log_end=200, min_offsets=10, mirrored=mirrored)
         assert plan.restored == (RangeProgress(100, 150, 100),)
         assert plan.new_ranges == (OffsetRange(70, 100), OffsetRange(150, 200))
@@ -276,23 +279,22 @@ def test_plan_properties(scenario: dict[str, object]) -> None:
         covered = offsets(plan.new_ranges) | offsets(taken)
         assert set(range(committed, plan.primary_start)) <= covered
 
-    # restored ranges: only for parts the store has never heard of, never claiming more than the mirror
+    # restored ranges: fresh, disjoint, below the log end, only where the store has never heard of
     known = offsets([t.span for t in store_tokens])
-    restored_unfinished: set[int] = set()
     for rp in plan.restored:
         assert not rp.done
+        assert rp.committed == rp.start and rp.completed == frozenset()
+        assert rp.end <= max(log_end, 0)
         assert not offsets([rp.span]) & known
-        assert any(m.start <= rp.start and rp.end <= m.end for m in mirrored)
-        restored_unfinished |= unfinished(rp)
+        assert offsets([rp.span]) <= offsets([m.span for m in mirrored if not m.done])
+    for left, right in pairwise(plan.restored):
+        assert left.end <= right.start
     for m in mirrored:
-        # every offset the mirror says is unfinished is either the store's business or restored as unfinished
-        assert unfinished(m) - known <= restored_unfinished
-    for rp in plan.restored:
-        # each restored range is a piece of one mirror entry, finished only where that entry says so
-        assert any(
-            m.start <= rp.start and rp.end <= m.end and unfinished(rp) == unfinished(m) & offsets([rp.span])
-            for m in mirrored
-        )
+        # every offset of an open mirror row below the log end is the store's business or restored
+        if not m.done and m.start < min(m.end, log_end):
+            assert offsets([OffsetRange(m.start, min(m.end, log_end))]) - known <= offsets(
+                [r.span for r in plan.restored]
+            )
 
 
 def test_a_done_range_is_not_handed_out_again_and_does_not_hide_what_follows_it() -> None:

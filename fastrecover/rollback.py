@@ -1,0 +1,168 @@
+"""``fastrecover rollback``: the documented way back from parallel mode to plain consumers.
+
+A group that ran with ``enable.parallel.rebalance`` keeps two commit logs: Kafka's
+offset (which the primary moved to the log end when it split a range off) and
+the open range tokens in the store.  A plain ``confluent_kafka.Consumer`` only
+reads the first, so after a fastrecover consumer died mid-backfill it would
+start at the log end and never read what the open ranges still hold.
+
+Rollback folds the store's log back into Kafka's: for every partition with open
+ranges, Kafka's committed offset moves *back* to the lowest unfinished offset
+(the lowest committed offset of the open ranges, or Kafka's own when that is
+lower), then those open tokens are deleted.  Done tokens stay: they record
+finished work.  A plain consumer then re-reads from there: duplicates (records
+the primary or the child had already finished above that offset), never loss.
+
+It refuses to run while the group has members: a live fastrecover consumer
+would keep writing both logs, and Kafka itself refuses to alter the offsets of
+a non-empty group.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fastrecover.errors import FastRecoverError, StateError
+from fastrecover.tokens import Token
+
+log = logging.getLogger("fastrecover.rollback")
+
+#: Seconds each admin request to the broker may take before the command gives up.
+DEFAULT_TIMEOUT_S = 15.0
+
+
+class BrokerUnavailableError(FastRecoverError):
+    """The Kafka cluster did not answer within the command's timeout."""
+
+
+@dataclass(frozen=True)
+class PartitionRollback:
+    """What rollback does (or did) for one partition.
+
+    ``kafka_before`` is None when the group had no committed offset there;
+    ``target`` is None when Kafka's offset is already at or below every open
+    range's committed offset (only the tokens are deleted then).
+    """
+
+    topic: str
+    partition: int
+    kafka_before: int | None
+    lowest_unfinished: int
+    target: int | None
+    token_ids: tuple[int, ...]
+    error: str | None = None
+
+
+def plan_rollback(open_tokens: Sequence[Token], kafka: Mapping[tuple[str, int], int | None]) -> list[PartitionRollback]:
+    """Pure: per partition with open ranges, where Kafka's offset must go (never forwards)."""
+    by_partition: dict[tuple[str, int], list[Token]] = {}
+    for token in open_tokens:
+        if token.is_open:
+            by_partition.setdefault((token.topic, token.partition), []).append(token)
+    plans: list[PartitionRollback] = []
+    for (topic, partition), tokens in sorted(by_partition.items()):
+        lowest = min(t.progress.committed for t in tokens)
+        before = kafka.get((topic, partition))
+        target = lowest if before is None or lowest < before else None
+        ids = tuple(sorted(t.id for t in tokens))
+        plans.append(PartitionRollback(topic, partition, before, lowest, target, ids))
+    return plans
+
+
+def admin_client(bootstrap: str, extra: Mapping[str, str] | None = None, *, verbose: bool = False) -> AdminClient:
+    """An admin client; librdkafka's own connection chatter stays off stderr unless ``verbose``.
+
+    The command reports a dead broker itself, in one line, after its timeout.
+    """
+    config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap, "log_level": 7 if verbose else 0}
+    config.update(extra or {})
+    return AdminClient(config)
+
+
+def check_broker(admin: AdminClient, bootstrap: str, timeout_s: float) -> None:
+    """Fail fast, with a one-line error, when no broker answers within ``timeout_s``."""
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"no Kafka broker answered at {bootstrap} within {timeout_s:g} s ({exc.args[0]})"
+        ) from exc
+
+
+def _result(future: concurrent.futures.Future[object], bootstrap: str, timeout_s: float, what: str) -> object:
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError as exc:
+        raise BrokerUnavailableError(f"{what}: no answer from {bootstrap} within {timeout_s:g} s") from exc
+    except KafkaException as exc:
+        error = exc.args[0]
+        if isinstance(error, KafkaError) and error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+            raise BrokerUnavailableError(f"{what}: {error.str()}") from exc
+        raise FastRecoverError(f"{what} failed: {error}") from exc
+
+
+def ensure_group_empty(admin: AdminClient, group: str, bootstrap: str, timeout_s: float) -> None:
+    """StateError unless the group has no members (an unknown group counts as empty)."""
+    future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+    try:
+        description = _result(future, bootstrap, timeout_s, f"describing group {group!r}")
+    except FastRecoverError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, KafkaException) and cause.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return
+        raise
+    members = list(getattr(description, "members", []) or [])
+    if members:
+        state = getattr(description, "state", None)
+        names = ", ".join(sorted(str(getattr(m, "client_id", "?")) for m in members)[:5])
+        raise StateError(
+            f"group {group!r} has {len(members)} active member(s) ({names}; state "
+            f"{getattr(state, 'name', state)}): stop every consumer of the group, wait for its session to "
+            "expire, then run rollback again"
+        )
+
+
+def kafka_offsets(
+    admin: AdminClient, group: str, partitions: Sequence[tuple[str, int]], bootstrap: str, timeout_s: float
+) -> dict[tuple[str, int], int | None]:
+    if not partitions:
+        return {}
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])
+    future = admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group]
+    result = _result(future, bootstrap, timeout_s, f"reading the committed offsets of group {group!r}")
+    out: dict[tuple[str, int], int | None] = {}
+    for tp in getattr(result, "topic_partitions", []) or []:
+        if tp.error is not None:
+            raise FastRecoverError(f"reading the committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
+        out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+    return out
+
+
+def move_offsets(
+    admin: AdminClient, group: str, plans: Sequence[PartitionRollback], bootstrap: str, timeout_s: float
+) -> dict[tuple[str, int], str]:
+    """Alter the group's offsets to each plan's target; returns errors by partition (empty: all moved)."""
+    moves = [p for p in plans if p.target is not None]
+    if not moves:
+        return {}
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(p.topic, p.partition, p.target) for p in moves if p.target is not None]
+    )
+    future = admin.alter_consumer_group_offsets([request], request_timeout=timeout_s)[group]
+    result = _result(future, bootstrap, timeout_s, f"moving the offsets of group {group!r}")
+    errors: dict[tuple[str, int], str] = {}
+    answered: set[tuple[str, int]] = set()
+    for tp in getattr(result, "topic_partitions", []) or []:
+        answered.add((tp.topic, tp.partition))
+        if tp.error is not None:
+            errors[(tp.topic, tp.partition)] = str(tp.error)
+    for p in moves:
+        if (p.topic, p.partition) not in answered:
+            errors[(p.topic, p.partition)] = "the broker did not confirm the new offset"
+    return errors
