@@ -58,8 +58,10 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         return _K.__new__(target)  # type: ignore[no-any-return]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if (args and (len(args) > 1 or not isinstance(args[0], dict))) or (not args and not kwargs):
-            super().__init__(*args, **kwargs)  # confluent_kafka's own error for a missing or bad config
+        if not args and not kwargs:
+            raise TypeError("expected configuration dict")  # confluent_kafka's words for a missing config
+        if args and (len(args) > 1 or not isinstance(args[0], dict)):
+            super().__init__(*args, **kwargs)  # confluent_kafka's own error for a bad config
             return
         conf, settings = split_config(args[0] if args else {}, **kwargs)
         if settings.enabled and settings.child_overrides:
@@ -141,7 +143,12 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         fr = self._fr
-        if fr is None or (message is not None and (offsets is not None or type(message) is not Message)):
+        if (
+            fr is None
+            or (message is None) == (offsets is None)
+            or (message is not None and type(message) is not Message)
+            or (offsets is not None and not _tp_list(offsets))
+        ):
             _K.store_offsets(self, **_present(message=message, offsets=offsets))
             return
         fr.store_offsets(message, offsets)

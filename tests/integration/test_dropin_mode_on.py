@@ -99,7 +99,6 @@ def _shape(o: Outcome) -> tuple[str, Any, str]:
     return (o.kind, o.exc_type, o.message)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: _check_assigned() raises StateError for a partition not assigned")
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_commit_of_an_unassigned_partition_is_accepted(
     asynchronous: bool, bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
@@ -129,7 +128,6 @@ def commit_offset_of(bootstrap: str, group: str, topic: str, partition: int) -> 
         probe.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: commit of a revoked partition raises StateError (_check_assigned)")
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_commit_of_a_revoked_partition_is_accepted(
     asynchronous: bool, bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
@@ -152,11 +150,6 @@ def test_commit_of_a_revoked_partition_is_accepted(
     assert got["on"] == got["plain"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10: a raising on_assign leaves _assigned empty (commit(offsets) raises StateError) and the primary "
-    "at the committed offset (the lag is read twice)",
-)
 def test_commit_after_a_raising_on_assign_is_accepted(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -215,16 +208,10 @@ def test_commit_after_a_raising_on_assign_is_accepted(
         pytest.param(
             False,
             id="no-backfill",
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 10: commit() builds its own offset list; an empty one returns []"
-            ),
         ),
         pytest.param(
             True,
             id="backfill",
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 10: _finish_commit() swallows _NO_OFFSET when ranges exist and returns []"
-            ),
         ),
     ],
 )
@@ -245,9 +232,6 @@ def test_sync_commit_with_nothing_to_commit_raises_no_offset(
     assert got["on"] == got["plain"], f"plain {got['plain']}, fastrecover {got['on']}"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: metadata of an offset routed to a range is dropped; the mirror's fr1: text shows"
-)
 def test_user_metadata_inside_a_range_comes_back_from_committed(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -274,7 +258,6 @@ def test_user_metadata_inside_a_range_comes_back_from_committed(
 # pause, seek, start offsets chosen in on_assign, partition EOF
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: the child keeps delivering what it had queued for paused partitions")
 def test_pause_of_every_partition_stops_backfill_records(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -307,9 +290,6 @@ def test_pause_of_every_partition_stops_backfill_records(
     assert while_paused["on"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: seek() moves the primary only; the primary re-reads from 49 to the log end"
-)
 def test_seek_back_retry_duplicates_like_plain(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -347,16 +327,10 @@ def test_seek_back_retry_duplicates_like_plain(
         pytest.param(
             OFFSET_BEGINNING,
             id="OFFSET_BEGINNING",
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 10: on_assign's offsets reach the primary only; the child still backfills"
-            ),
         ),
         pytest.param(
             350,
             id="explicit-350",
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 10: on_assign's offsets reach the primary only; the child still backfills"
-            ),
         ),
     ],
 )
@@ -392,7 +366,6 @@ def test_on_assign_start_offsets_are_honoured(
     assert delivered["on"] == delivered["plain"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: the primary at the log end reports EOF while the backfill runs")
 def test_partition_eof_means_the_application_has_everything(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -454,17 +427,10 @@ def _restart_delivers_the_rest(
         pytest.param(
             "on",
             2_000_000,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 10: consume() takes child records, then primary.consume() raises; they are marked done",
-            ),
         ),
         pytest.param(
             "on",
             1_000_001,
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 10: consume(1_000_001) returns records where plain raises ValueError"
-            ),
         ),
     ],
 )
@@ -498,10 +464,6 @@ def test_consume_over_the_limit_raises_like_plain_and_loses_nothing(
         "plain",
         pytest.param(
             "on",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 10: consume() took child records before on_revoke raised; close() commits them as done",
-            ),
         ),
     ],
 )
@@ -540,7 +502,6 @@ def test_raising_on_revoke_loses_nothing(
 # the way back: a plain consumer takes over after a fastrecover consumer closed mid-backfill
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: close() mid-backfill leaves Kafka's offset past the open range")
 def test_plain_consumer_taking_over_after_close_mid_backfill_gets_every_unprocessed_record(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -584,11 +545,6 @@ def test_plain_consumer_taking_over_after_close_mid_backfill_gets_every_unproces
         "plain",
         pytest.param(
             "on",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 10: stats_cb also runs on the child thread (a raise kills it); a raise inside "
-                "consume() drops the child records that call took",
-            ),
         ),
     ],
 )
@@ -653,7 +609,6 @@ class _ThreadRecorder(logging.Handler):
         "plain",
         pytest.param(
             "on",
-            marks=pytest.mark.xfail(strict=True, reason="issue 10: the child thread's consumer gets the same logger"),
         ),
     ],
 )
@@ -680,7 +635,6 @@ def test_logger_runs_on_the_callers_thread(
     assert recorder.threads == {threading.get_ident()}, "logger runs on the thread that calls poll()/consume()"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fastrecover.child.* keys reach the child unchecked; it dies on start")
 def test_unknown_child_key_is_rejected_at_construction(bootstrap: str, unique_group: str, tmp_path: Path) -> None:
     conf = flavour_config("on", base_config(bootstrap, unique_group), tmp_path)
     with pytest.raises(ConfigError, match=r"no\.such\.property"):
@@ -718,7 +672,6 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: fastrecover.recovery.timeout.ms does not exist yet (fixed 30 s)")
 def test_assign_without_a_reachable_broker_returns_promptly(unique_group: str, tmp_path: Path) -> None:
     servers = f"127.0.0.1:{_closed_port()}"
     took: dict[str, float] = {}

@@ -100,39 +100,11 @@ def _compare(name: str, plain: Outcome, ours: Outcome, flavour: str) -> None:
     ), f"{name} with mode {flavour}: plain {plain}, fastrecover {ours}"
 
 
-#: Checks that mode on gets wrong on main (issue 10): our Python methods reach attributes before
-#: confluent_kafka's own checks run (AttributeError instead of TypeError), float() accepts '1',
-#: subscribe() wraps a non-callable, store_offsets() with neither argument is a no-op.
-_ARG_XFAIL_ON = frozenset(
-    {
-        "poll('1')",
-        "commit(message='x')",
-        "commit(1)",
-        "commit(offsets='x')",
-        "commit(offsets=['x'])",
-        "commit(offsets=[])",
-        "subscribe(on_assign='x')",
-        "subscribe(on_revoke='x')",
-        "subscribe(on_lost='x')",
-        "assign('x')",
-        "assign(['x'])",
-        "incremental_assign('x')",
-        "incremental_unassign('x')",
-        "store_offsets()",
-        "store_offsets(message='x')",
-        "store_offsets(offsets='x')",
-    }
-)
-
-
 def _arg_params() -> list[Any]:
     out = []
     for name in ARG_CASES:
         for flavour in OURS:
-            marks = []
-            if flavour == "on" and name in _ARG_XFAIL_ON:
-                marks.append(pytest.mark.xfail(strict=True, reason=f"issue 10: mode on checks {name} differently"))
-            out.append(pytest.param(name, flavour, marks=marks, id=f"{name}-{flavour}"))
+            out.append(pytest.param(name, flavour, id=f"{name}-{flavour}"))
     return out
 
 
@@ -178,10 +150,6 @@ BACKFILL_CASES = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10: with the child's records queued, consume()/poll() return records before checking arguments",
-)
 def test_argument_checks_during_backfill_match_plain(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
@@ -214,17 +182,12 @@ def test_argument_checks_during_backfill_match_plain(
 # construction and subclassing
 
 
-_NOT_A_DICT = (
-    "issue 10: split_config() rejects it before confluent_kafka does (plain: TypeError('expected configuration dict'))"
-)
-
-
 @pytest.mark.parametrize(
     "args",
     [
-        pytest.param((), id="no-config", marks=pytest.mark.xfail(strict=True, reason=_NOT_A_DICT)),
-        pytest.param((None,), id="None", marks=pytest.mark.xfail(strict=True, reason=_NOT_A_DICT)),
-        pytest.param(("x",), id="str", marks=pytest.mark.xfail(strict=True, reason=_NOT_A_DICT)),
+        pytest.param((), id="no-config"),
+        pytest.param((None,), id="None"),
+        pytest.param(("x",), id="str"),
         pytest.param(({},), id="empty-dict"),
     ],
 )
@@ -246,10 +209,6 @@ def test_construction_errors_match_plain(args: tuple[Any, ...]) -> None:
     [
         pytest.param(
             f,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 10: fastrecover.Consumer wraps a confluent_kafka.Consumer instead of subclassing it",
-            ),
         )
         for f in OURS
     ],
@@ -288,10 +247,6 @@ def _recording_subclass(base: type[Any]) -> type[Any]:
     [
         pytest.param(
             "off",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 10: mode off binds the inner consumer's methods on the instance, shadowing the subclass",
-            ),
         ),
         "on",
     ],
@@ -334,10 +289,6 @@ _METHODS: dict[str, Call] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10: methods reach attributes set in __init__ (AttributeError), not RuntimeError('Consumer closed')",
-)
 def test_subclass_without_super_init_is_a_closed_consumer() -> None:
     """Never calling super().__init__: every method raises RuntimeError('Consumer closed') like plain."""
 
@@ -363,10 +314,6 @@ def test_subclass_without_super_init_is_a_closed_consumer() -> None:
         "off",
         pytest.param(
             "on",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 10: after close() mode on's commit() raises StateError, not RuntimeError",
-            ),
         ),
     ],
 )
@@ -393,9 +340,6 @@ def test_methods_after_close_match_plain(flavour: str, bootstrap: str, unique_gr
         "plain",
         pytest.param(
             "off",
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 10: mode off passes the callback through, so it receives the inner consumer"
-            ),
         ),
         "on",
     ],
