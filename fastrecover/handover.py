@@ -59,6 +59,7 @@ class Handover(CommitPaths):
         self.routes = self.book.routes()
         works = self.book.works(token_ids)
         if works:
+            self.steady = False
             self.child.add(works)
         if self.settings.commit_mirror and to_mirror:
             try:

@@ -91,6 +91,8 @@ class ModeState:
         self.next_tick = 0.0
         self.next_range_commit = time.monotonic() + self.commit_interval_s
         self.turn = False
+        #: no backfill, deferred commit or held EOF: poll()/consume() take the short path
+        self.steady = True
         self.next_child_restart = 0.0
         self.child_restarts = 0
 

@@ -87,6 +87,7 @@ class ParallelMode(Handover):
             self.book.promote_stored()
         self.committer.tick(now)
         self.after_commits()
+        self.steady = not (self.backfilling or self.deferred or self.held_eof)
 
     # ---- the merged streams ----------------------------------------------------------------
 
@@ -103,6 +104,18 @@ class ParallelMode(Handover):
         return msgs
 
     def poll(self, timeout: float | None) -> Message | None:
+        if self.steady:  # no backfill under way: the primary alone, with the least Python around it
+            offsets = self.offsets
+            if offsets.unsettled:
+                offsets.settle()
+            now = time.monotonic()
+            if now >= self.next_tick:
+                self.tick(now)
+            if self.steady:
+                msg = _K.poll(self.app, -1.0 if timeout is None else timeout)
+                if msg is not None and self.auto_store and msg.error() is None:
+                    offsets.unsettled.append(msg)
+                return msg
         now = self.begin()
         if not self.backfilling:
             return self.note_primary(_K.poll(self.app, -1.0 if timeout is None else timeout))
@@ -135,6 +148,18 @@ class ParallelMode(Handover):
                 return self.note_primary(_K.poll(self.app, left))
 
     def consume(self, num: int, timeout: float) -> list[Message]:
+        if self.steady:
+            offsets = self.offsets
+            if offsets.unsettled:
+                offsets.settle()
+            now = time.monotonic()
+            if now >= self.next_tick:
+                self.tick(now)
+            if self.steady:
+                msgs = _K.consume(self.app, num, timeout)
+                if self.auto_store:
+                    offsets.unsettled.extend(msgs)  # settle() skips error events
+                return msgs
         now = self.begin()
         if not self.backfilling:
             return self.note_batch(_K.consume(self.app, num, timeout))
