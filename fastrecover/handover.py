@@ -49,7 +49,7 @@ class Handover(CommitPaths):
         keys = {key_of(tp) for tp in recovered.partitions}
         self.assigned = (self.assigned | keys) if incremental else keys
         topics = {k.topic for k in self.assigned}
-        self.offsets.single_topic = next(iter(topics)) if len(topics) == 1 else None
+        self.offsets.set_single_topic(next(iter(topics)) if len(topics) == 1 else None)
         self.started(recovered)
 
     def started(self, recovered: Recovered) -> None:

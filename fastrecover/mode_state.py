@@ -100,6 +100,7 @@ class ModeState:
         """Ranges settled or finished in the store: refresh mirrors, move idle partitions' Kafka offsets."""
         if self.committer.settled_keys:
             keys, self.committer.settled_keys = self.committer.settled_keys, set()
+            self.offsets.fold()
             self.offsets.dirty.update(k for k in keys if k in self.offsets.done)
         if self.committer.finished_keys:
             keys, self.committer.finished_keys = self.committer.finished_keys, set()
@@ -109,6 +110,7 @@ class ModeState:
     def advance_idle(self, keys: Iterable[TopicPartitionKey]) -> None:
         """committed() is never stale: a finished partition whose primary committed nothing moves to its floor."""
         tps = []
+        self.offsets.fold()
         for key in keys:
             floor = self.floors.get(key)
             if floor is None or key not in self.assigned or self.book.held(key) or key in self.offsets.done:

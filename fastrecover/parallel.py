@@ -55,7 +55,7 @@ class ParallelMode(Handover):
                 runs, self.child_runs = self.child_runs, []
                 for run in runs:
                     self.book.store_upto(run.token_id, run.last + 1)
-        elif self.offsets.unsettled or self.child_runs:
+        elif self.offsets.last is not None or self.offsets.unsettled or self.child_runs:
             self.offsets.forget_unsettled()
             self.child_runs = []
         now = time.monotonic()
@@ -94,7 +94,7 @@ class ParallelMode(Handover):
     def note_primary(self, msg: Message | None) -> Message | None:
         if msg is not None:
             if msg.error() is None:
-                self.offsets.unsettled.append(msg)
+                self.offsets.last = msg
             elif self.eof and cast(KafkaError, msg.error()).code() == KafkaError._PARTITION_EOF:
                 return self.hold_eof(msg)
         return msg
@@ -106,7 +106,12 @@ class ParallelMode(Handover):
     def poll(self, timeout: float | None) -> Message | None:
         if self.steady:  # no backfill under way: the primary alone, with the least Python around it
             offsets = self.offsets
-            if offsets.unsettled:
+            last = offsets.last
+            if last is not None:  # settle() inlined: the record the previous call returned is done
+                offsets.last = None
+                single = offsets.single_topic is not None
+                offsets.settled[last.partition() if single else (last.topic(), last.partition())] = last
+            elif offsets.unsettled:
                 offsets.settle()
             now = time.monotonic()
             if now >= self.next_tick:
@@ -114,7 +119,7 @@ class ParallelMode(Handover):
             if self.steady:
                 msg = _K.poll(self.app, -1.0 if timeout is None else timeout)
                 if msg is not None and self.auto_store and msg.error() is None:
-                    offsets.unsettled.append(msg)
+                    offsets.last = msg
                 return msg
         now = self.begin()
         if not self.backfilling:
@@ -150,7 +155,7 @@ class ParallelMode(Handover):
     def consume(self, num: int, timeout: float) -> list[Message]:
         if self.steady:
             offsets = self.offsets
-            if offsets.unsettled:
+            if offsets.unsettled or offsets.last is not None:
                 offsets.settle()
             now = time.monotonic()
             if now >= self.next_tick:

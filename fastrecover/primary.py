@@ -11,7 +11,7 @@ per record.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, cast
 
 from confluent_kafka import Message
 
@@ -47,10 +47,18 @@ def last_offsets(msgs: list[Message], single_topic: str | None = None) -> dict[K
 
 
 class PrimaryOffsets:
-    """Next offsets (last done + 1) per partition of the primary's records, and which changed."""
+    """Next offsets (last done + 1) per partition of the primary's records, and which changed.
+
+    ``poll()`` keeps the one record it returned in :attr:`last`; the next call moves it to
+    :attr:`settled` (one dict store, keyed by partition alone when the assignment is of one
+    topic); offsets are read from the settled records only when someone needs them (the tick,
+    a commit, a revoke).  ``consume()`` batches go through :func:`last_offsets` instead.
+    """
 
     def __init__(self) -> None:
+        self.last: Message | None = None
         self.unsettled: list[Message] = []
+        self.settled: dict[Any, Message] = {}
         self.done: dict[Key, int] = {}
         self.dirty: set[Key] = set()
         #: the topic of every assigned partition, when they share one (set on assignment)
@@ -58,27 +66,41 @@ class PrimaryOffsets:
 
     def settle(self) -> None:
         """The previous call's records are done: the application came back for more."""
+        last = self.last
+        if last is not None:
+            self.last = None
+            self.settled[last.partition() if self.single_topic is not None else (last.topic(), last.partition())] = last
         msgs = self.unsettled
-        if not msgs:
+        if msgs:
+            self.unsettled = []
+            self.fold()
+            batch = last_offsets(msgs, self.single_topic)
+            for key, offset in batch.items():
+                self.done[key] = offset + 1
+            self.dirty.update(batch)
+
+    def fold(self) -> None:
+        """Settled records become next offsets (before anyone reads ``done``/``dirty``)."""
+        if not self.settled:
             return
-        self.unsettled = []
-        if len(msgs) == 1:
-            msg = msgs[0]
-            if msg.error() is None:
-                key = cast(Key, (msg.topic(), msg.partition()))
-                self.done[key] = cast(int, msg.offset()) + 1
-                self.dirty.add(key)
-            return
-        last = last_offsets(msgs, self.single_topic)
-        for key, offset in last.items():
-            self.done[key] = offset + 1
-        self.dirty.update(last)
+        settled, self.settled = self.settled, {}
+        topic = self.single_topic
+        for k, msg in settled.items():
+            key: Key = (topic, k) if topic is not None else k
+            self.done[key] = msg.offset() + 1  # type: ignore[operator]
+            self.dirty.add(key)
+
+    def set_single_topic(self, topic: str | None) -> None:
+        self.fold()
+        self.single_topic = topic
 
     def forget_unsettled(self) -> None:
+        self.last = None
         self.unsettled = []
 
     def take_dirty(self, keys: Iterable[Key] | None = None) -> dict[Key, int]:
         """Next offsets changed since the last call (of ``keys``), to store or commit."""
+        self.fold()
         if keys is None:
             todo, self.dirty = self.dirty, set()
         else:
@@ -88,6 +110,9 @@ class PrimaryOffsets:
 
     def drop(self, keys: Iterable[TopicPartitionKey]) -> None:
         gone = set(keys)
+        self.fold()
+        if self.last is not None and (self.last.topic(), self.last.partition()) in gone:
+            self.last = None
         if self.unsettled:
             self.unsettled = [m for m in self.unsettled if (m.topic(), m.partition()) not in gone]
         for key in gone:
