@@ -224,17 +224,25 @@ class ChildReader:
     # ---- reading -------------------------------------------------------------------------------
 
     def take(self, limit: int) -> tuple[list[Message], list[Run]]:
-        """Up to ``limit`` backfill records, never blocking; with the runs they form per range."""
-        if not self._work or self.failure is not None:
-            return [], []
-        if not self._segments:
-            self._advance_read_heads()
-            if not self._work:
-                return [], []
-            self._fetch(max(limit, self._batch))
+        """Up to ``limit`` backfill records, never blocking; with the runs they form per range.
+
+        The handle is asked for ``batch size`` records at a time, as often as ``limit``
+        needs and as long as librdkafka has records ready.
+        """
         out: list[Message] = []
         runs: list[Run] = []
-        while self._segments and len(out) < limit:
+        fetches = 0
+        while len(out) < limit:
+            if not self._segments:
+                if fetches * self._batch >= limit or self.failure is not None:
+                    break
+                self._advance_read_heads()
+                if not self._work:
+                    break
+                self._fetch(self._batch)
+                fetches += 1
+                if not self._segments:
+                    break  # nothing ready now
             seg = self._segments[0]
             stop = min(len(seg.msgs), seg.pos + limit - len(out))
             out.extend(seg.msgs[seg.pos : stop])
