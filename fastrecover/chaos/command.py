@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--commit-modes",
         type=_names(COMMIT_MODES),
         default=list(COMMIT_MODES),
-        help="commit styles drawn per incarnation (default: message,sync,async,auto)",
+        help="commit styles drawn per incarnation (default: message,message-async,store,sync,async,auto)",
     )
     p.add_argument("--commit-every", type=int, default=50, help="records between sync/async commits")
     p.add_argument("--min-offsets", type=int, default=20, help="fastrecover.backfill.min.offsets")

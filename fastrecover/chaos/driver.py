@@ -62,7 +62,7 @@ from fastrecover.tokens import Token
 
 log = logging.getLogger("fastrecover.chaos")
 
-COMMIT_MODES = ("message", "sync", "async", "auto")
+COMMIT_MODES = ("message", "message-async", "store", "sync", "async", "auto")
 _TICK_S = 0.02
 #: How many arrivals at a stall point before blocking there, per point: (low, high).
 _STALL_AFTER = {

@@ -67,9 +67,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ledger", required=True, help="append-only file of finished records")
     p.add_argument(
         "--commit",
-        choices=["message", "sync", "async", "auto", "none"],
+        choices=["message", "message-async", "store", "sync", "async", "auto", "none"],
         default="sync",
-        help="message: commit(message) per record; sync/async: commit() every --commit-every; auto: enable.auto.commit",
+        help="message(-async): commit(message) per record, sync (async); sync/async: commit() every "
+        "--commit-every; auto: enable.auto.commit; store: store_offsets(message) per record + auto-commit",
     )
     p.add_argument("--commit-every", type=int, default=100)
     p.add_argument(
@@ -221,7 +222,8 @@ def run(argv: list[str] | None = None) -> int:
         "auto.offset.reset": "earliest",
         "session.timeout.ms": args.session_ms,
         "heartbeat.interval.ms": max(100, args.session_ms // 6),
-        "enable.auto.commit": args.commit == "auto",
+        "enable.auto.commit": args.commit in ("auto", "store"),
+        "enable.auto.offset.store": args.commit != "store",
         "auto.commit.interval.ms": 500,
     }
     if args.group_instance_id:
@@ -286,6 +288,10 @@ def run(argv: list[str] | None = None) -> int:
                         _emit("fresh", offset=offset, partition=msg.partition(), produced_ms=ts)
                 if args.commit == "message":
                     _commit(functools.partial(consumer.commit, message=msg, asynchronous=False), "message")
+                elif args.commit == "message-async":
+                    _commit(functools.partial(consumer.commit, message=msg, asynchronous=True), "message-async")
+                elif args.commit == "store":
+                    consumer.store_offsets(message=msg)
                 if offset + 1 in commit_at:
                     consumer.commit(
                         offsets=[TopicPartition(msg.topic(), msg.partition(), offset + 1)], asynchronous=False
