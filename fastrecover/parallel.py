@@ -23,7 +23,7 @@ from typing import cast
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from fastrecover.child import Run
+from fastrecover.batches import Run
 from fastrecover.handover import Handover
 from fastrecover.mode_state import key_of
 from fastrecover.ranges import (
