@@ -193,7 +193,12 @@ class ChildReader:
 
     # ---- reading -------------------------------------------------------------------------------
 
-    def take(self, limit: int) -> tuple[list[Message], list[Run]]:
+    @property
+    def reading(self) -> bool:
+        """True while some range still has records to fetch (not paused): worth waiting on."""
+        return any(q and not q[0].fetched_all and k not in self._paused for k, q in self._work.items())
+
+    def take(self, limit: int, wait: float = 0.0) -> tuple[list[Message], list[Run]]:
         """Up to ``limit`` backfill records, never blocking; with the runs they form per range.
 
         The handle is asked for ``batch size`` records at a time, as often as ``limit``
@@ -209,7 +214,7 @@ class ChildReader:
                 self._advance_read_heads()
                 if not self._work:
                     break
-                self._fetch(self._batch)
+                self._fetch(self._batch, wait if fetches == 0 else 0.0)
                 fetches += 1
                 if not self._segments:
                     break  # nothing ready now
@@ -226,9 +231,9 @@ class ChildReader:
         self.records_delivered += len(out)
         return out, runs
 
-    def _fetch(self, count: int) -> None:
+    def _fetch(self, count: int, wait: float = 0.0) -> None:
         try:
-            msgs = self._handle.consume(min(count, 100_000), 0)
+            msgs = self._handle.consume(min(count, 100_000), wait)
             hooks.fire("child-batch")
         except Exception as exc:
             self._fail(exc)
