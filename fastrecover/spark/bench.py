@@ -41,7 +41,10 @@ from confluent_kafka import Producer
 
 log = logging.getLogger("fastrecover.spark")
 
-SOURCES = ("spark-kafka", "fastrecover")
+#: spark-kafka: Spark's built-in source; fastrecover-jvm: fastrecover.spark.start_stream (planning in
+#: format("fastrecover"), records read by Spark's JVM Kafka reader); fastrecover: format("fastrecover")
+#: reading records in Python workers.
+SOURCES = ("spark-kafka", "fastrecover-jvm", "fastrecover")
 SINKS = ("count", "parquet", "python-udf")
 PARTITIONS = 2
 FRESH_RATE = 500  # fresh records per second during the restart
@@ -50,6 +53,8 @@ RUN_TIMEOUT_S = 900.0
 #: duration, so this trades fresh-record latency during the drain against drain time).
 BACKFILL_PER_TRIGGER = 500_000
 BACKFILL_TASKS = 4
+#: Steady state: offsets per micro-batch for both sources (Spark's maxOffsetsPerTrigger).
+STEADY_PER_TRIGGER = 500_000
 
 
 @dataclass
@@ -152,7 +157,7 @@ def _wait(predicate: Any, query: Any, what: str, timeout: float = 120.0) -> None
         time.sleep(0.05)
 
 
-def _produce_lag(bootstrap: str, topic: str, count: int) -> None:
+def _produce_lag(bootstrap: str, topic: str, count: int, marker: bytes = b"L") -> None:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -162,7 +167,7 @@ def _produce_lag(bootstrap: str, topic: str, count: int) -> None:
             "compression.type": "lz4",
         }
     )
-    payload = b"L" + b"x" * 99
+    payload = marker + b"x" * 99
     for i in range(count):
         while True:
             try:
@@ -177,33 +182,37 @@ def _produce_lag(bootstrap: str, topic: str, count: int) -> None:
         raise RuntimeError(f"{left} lag records undelivered")
 
 
-def _reader(spark: Any, source: str, bootstrap: str, topic: str, store_url: str, query: str) -> Any:
+def _options(source: str, bootstrap: str, topic: str, store_url: str, query: str, **extra: str) -> dict[str, str]:
     if source == "spark-kafka":
-        return (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "latest")
-            .option("failOnDataLoss", "true")
-            .load()
-        )
-    return (
-        spark.readStream.format("fastrecover")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "latest")
-        .option("fastrecover.store.url", store_url)
-        .option("fastrecover.query", query)
-        .option("maxBackfillOffsetsPerTrigger", str(BACKFILL_PER_TRIGGER))
-        .option("backfillTasks", str(BACKFILL_TASKS))
-        .load()
-    )
+        opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "latest"}
+        opts["failOnDataLoss"] = "true"
+    else:
+        opts = {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "startingOffsets": "latest",
+            "fastrecover.store.url": store_url,
+            "fastrecover.query": query,
+            "maxBackfillOffsetsPerTrigger": str(BACKFILL_PER_TRIGGER),
+            "backfillTasks": str(BACKFILL_TASKS),
+        }
+    opts.update(extra)
+    if source == "spark-kafka":
+        opts = {k: v for k, v in opts.items() if not k.startswith(("fastrecover.", "maxBackfill", "backfill"))}
+    return opts
 
 
-def _start(spark: Any, df: Any, sink: Any, checkpoint: str, available_now: bool) -> Any:
-    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
-    return writer.start()
+def _start(spark: Any, source: str, options: dict[str, str], sink: Any, checkpoint: str) -> Any:
+    if source == "fastrecover-jvm":
+        from fastrecover.spark import start_stream
+
+        return start_stream(spark, options, sink, checkpoint)
+    fmt = "kafka" if source == "spark-kafka" else "fastrecover"
+    reader = spark.readStream.format(fmt)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    writer = reader.load().writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    return writer.trigger(processingTime="0 seconds").start()
 
 
 def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path, sink: str = "count") -> dict[str, Any]:
@@ -218,7 +227,8 @@ def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path, s
     try:
         # 1. The query has been running: a batch committed at the log end.
         warm = _Tally(time.monotonic(), 0)
-        q = _start(spark, _reader(spark, source, bootstrap, topic, store_url, query), warm, checkpoint, False)
+        opts = _options(source, bootstrap, topic, store_url, query)
+        q = _start(spark, source, opts, warm, checkpoint)
         try:
             _wait(lambda: q.status["message"] == "Waiting for data to arrive", q, "the warm-up query to plan")
             produce(bootstrap, topic, [b"W"] * PARTITIONS)
@@ -235,7 +245,8 @@ def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path, s
             tally.parquet = str(workdir / f"out-{topic}")
         tally.python_udf = sink == "python-udf"
         fresh.start()
-        q = _start(spark, _reader(spark, source, bootstrap, topic, store_url, query), tally, checkpoint, False)
+        tally.started = time.monotonic()
+        q = _start(spark, source, opts, tally, checkpoint)
         deadline = time.monotonic() + RUN_TIMEOUT_S
         try:
             while not tally.done() and time.monotonic() < deadline:
@@ -248,10 +259,42 @@ def run_once(spark: Any, bootstrap: str, source: str, lag: int, workdir: Path, s
         return {
             "first_fresh_s": tally.first_fresh_s,
             "drain_s": tally.drained_s,
+            "first_batch_s": tally.batches[0][0] if tally.batches else None,
             "batches": tally.batches,
         }
     finally:
         shutil.rmtree(workdir / f"out-{topic}", ignore_errors=True)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        try:
+            delete_topic(bootstrap, topic)
+        except Exception as exc:
+            log.warning("could not delete bench topic %s: %r", topic, exc)
+
+
+def run_steady(spark: Any, bootstrap: str, source: str, records: int, workdir: Path) -> dict[str, Any]:
+    """Steady state, no restart: ``records`` are in the topic, a new query reads them from the start in
+    batches of at most STEADY_PER_TRIGGER offsets through the count sink; rate after the first batch."""
+    from fastrecover.testing.broker import create_topic, delete_topic
+
+    topic = f"bench-steady-{source}-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    checkpoint = str(workdir / f"ck-{topic}")
+    try:
+        _produce_lag(bootstrap, topic, records, marker=b"F")
+        extra = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": str(STEADY_PER_TRIGGER)}
+        if source != "spark-kafka":
+            extra["fastrecover.backfill.min.offsets"] = str(10**15)  # a new query: no recovery, plain reading
+        opts = _options(source, bootstrap, topic, f"sqlite:///{workdir / 'bench-store.db'}", topic, **extra)
+        tally = _Tally(time.monotonic(), 0)
+        q = _start(spark, source, opts, tally, checkpoint)
+        try:
+            _wait(lambda: tally.fresh_seen >= records, q, f"{records} records", RUN_TIMEOUT_S)
+        finally:
+            q.stop()
+        (t0, l0, f0), (t1, _, _) = tally.batches[0], tally.batches[-1]
+        rate = (records - l0 - f0) / (t1 - t0) if t1 > t0 else None
+        return {"rate_per_s": rate, "total_s": t1, "batches": tally.batches}
+    finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
         try:
             delete_topic(bootstrap, topic)
