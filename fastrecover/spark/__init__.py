@@ -58,10 +58,43 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+#: Modules the streaming source's planning needs, pickled by value into the planning process.
+_PLANNER_MODULES = (
+    "fastrecover.errors",
+    "fastrecover.config",
+    "fastrecover.ranges",
+    "fastrecover.tokens",
+    "fastrecover.spark.options",
+    "fastrecover.spark.offsets",
+    "fastrecover.spark.kafka",
+    "fastrecover.spark.source",
+)
+
+
 def register(spark: Any) -> None:
-    """Make ``format("fastrecover")`` and ``format("fastrecover-ranges")`` available in ``spark``."""
+    """Make ``format("fastrecover")`` and ``format("fastrecover-ranges")`` available in ``spark``.
+
+    The streaming source's class is pickled BY VALUE, with the few modules its
+    planning uses: Spark starts a fresh Python process to plan a query at every
+    query start, and unpickling by reference would import the ``fastrecover``
+    package, whose ``__init__`` imports the consumer and the store (SQLAlchemy):
+    0.85 s on an idle core, several seconds on a loaded one, on the path from
+    ``start()`` to the first batch (docs/spark.md, "Profile").  Reading
+    (tasks) and the store mirror still import their modules by reference.
+    """
+    import importlib
+
+    from pyspark import cloudpickle
+
     from fastrecover.spark.ranges import FastRecoverRangesDataSource
     from fastrecover.spark.source import FastRecoverDataSource
 
-    spark.dataSource.register(FastRecoverDataSource)
+    modules = [importlib.import_module(name) for name in _PLANNER_MODULES]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+    try:
+        spark.dataSource.register(FastRecoverDataSource)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)  # type: ignore[no-untyped-call]
     spark.dataSource.register(FastRecoverRangesDataSource)

@@ -90,7 +90,9 @@ class _BatchReader:
         end = self._offset(batch_id)
         start = self._offset(batch_id - 1) if batch_id > 0 else self._initial_offset()
         pieces = batch_pieces(start, end)
-        self._process(self._records(pieces), batch_id)
+        records = self._records(pieces)
+        trace(f"records planned {batch_id}")
+        self._process(records, batch_id)
         trace(f"processed {batch_id}")
 
     # -- the checkpoint -----------------------------------------------------------------------
@@ -149,7 +151,11 @@ class _BatchReader:
             for key, value in self._opts.kafka.items():
                 reader = reader.option(f"kafka.{key}", value)
             reader = (
-                reader.option("assign", _assign_json(layer))
+                # One group id for every batch of the query: Spark pools its executors' consumers by
+                # (group id, partition), so batches reuse them instead of creating consumers per batch
+                # (reads assign partitions; nothing joins the group or commits).
+                reader.option("kafka.group.id", f"fastrecover-spark-{self._opts.query}")
+                .option("assign", _assign_json(layer))
                 .option("startingOffsets", _offsets_json(layer, "start"))
                 .option("endingOffsets", _offsets_json(layer, "end"))
                 .option("failOnDataLoss", str(self._opts.fail_on_data_loss).lower())

@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+# LogView (the planning side) imports the client inside its methods: this module is pickled by value into
+# Spark's planning process (fastrecover.spark.register), and names bound here would be pickled with it.
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from fastrecover.errors import FastRecoverError
 from fastrecover.spark.offsets import LogBounds, Piece
@@ -53,6 +53,8 @@ class DataLossError(FastRecoverError):
 
 
 def _isolation(conf: Mapping[str, str]) -> Any:
+    from confluent_kafka import IsolationLevel
+
     level = str(conf.get("isolation.level", "read_uncommitted")).lower()
     return IsolationLevel.READ_COMMITTED if level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
 
@@ -68,6 +70,8 @@ class LogView:
 
     def _client(self) -> Any:
         if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
             admin_conf: dict[str, Any] = {
                 k: v for k, v in self._conf.items() if k not in ("isolation.level", "group.id")
             }
@@ -108,11 +112,15 @@ class LogView:
         keys = list(keys)
         if not keys:
             return {}
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
         lows = self._list(keys, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         highs = self._list(keys, OffsetSpec.latest())  # type: ignore[no-untyped-call]
         return {k: LogBounds(min(lows[k], highs[k]), highs[k]) for k in keys}
 
     def _list(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
+        from confluent_kafka import TopicPartition
+
         request = {TopicPartition(k.topic, k.partition): spec for k in keys}
         futures = self._client().list_offsets(
             request, isolation_level=_isolation(self._conf), request_timeout=self._timeout

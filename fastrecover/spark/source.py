@@ -41,8 +41,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from fastrecover.errors import ConfigError, FastRecoverError, StoreError
-from fastrecover.spark.kafka import LogView, read_pieces
+from fastrecover.errors import ConfigError, FastRecoverError
+from fastrecover.spark.kafka import LogView
 from fastrecover.spark.offsets import (
     Piece,
     SourceOffset,
@@ -127,6 +127,9 @@ def read_task(
 ) -> Iterator[Any]:
     if not pieces:
         return iter(())
+    # Imported here, by reference: the planning process never needs the reading code (see _pickled_by_value).
+    from fastrecover.spark.kafka import read_pieces
+
     return read_pieces(
         kafka, pieces, arrow_schema(include_headers), fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s
     )
@@ -383,11 +386,17 @@ class _CommitMirror:
                 return
 
     def _write(self, offset: SourceOffset) -> None:
+        # In Spark's planning process this code was pickled by value (fastrecover.spark.register): its
+        # classes are copies, so the store side gets the offset as JSON, parsed by the real modules, and
+        # the store's errors are caught as the real classes.
+        from fastrecover.errors import FastRecoverError as StoreSideError
+        from fastrecover.spark.offsets import SourceOffset as StoreSideOffset
+
         try:
             state = self._state()
             state.record_commit(self._query, offset.dumps())
-            state.mirror_pending(self._query, offset)
-        except (StoreError, FastRecoverError) as exc:
+            state.mirror_pending(self._query, StoreSideOffset.from_json(offset.dumps()))
+        except (StoreSideError, FastRecoverError) as exc:
             log.warning("query %r: could not record committed offset in the store: %s", self._query, exc)
         except Exception:  # a mirror bug must not kill the thread and silently stop mirroring
             log.exception("query %r: recording the committed offset failed", self._query)
@@ -404,4 +413,5 @@ class FastRecoverDataSource(DataSource):  # type: ignore[misc]
         return source_schema(parse_source_options(self.options).include_headers)
 
     def streamReader(self, schema: StructType) -> FastRecoverStreamReader:
+        trace("streamReader")
         return FastRecoverStreamReader(parse_source_options(self.options))
