@@ -33,7 +33,27 @@ from fastrecover.spark.source import source_schema, trace
 
 log = logging.getLogger("fastrecover.spark")
 
-__all__ = ["layers", "start_stream"]
+__all__ = ["connector_package", "layers", "start_stream"]
+
+#: PySpark releases whose spark-sql-kafka-0-10 is not on Maven Central (checked 2026-11-22 with
+#: ``mvn dependency:get``) -> the newest published connector, which runs on them.
+_PUBLISHED_CONNECTOR = {"4.3.0": "4.2.0"}
+
+
+def connector_package() -> str:
+    """Maven coordinates of Spark's Kafka connector for ``spark.jars.packages``.
+
+    The PySpark version's connector, or FASTRECOVER_SPARK_KAFKA_VERSION, or the
+    newest published one when PySpark's own is not on Maven Central yet.
+    """
+    import os
+
+    import pyspark
+
+    version = os.environ.get("FASTRECOVER_SPARK_KAFKA_VERSION") or _PUBLISHED_CONNECTOR.get(
+        pyspark.__version__, pyspark.__version__
+    )
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
 
 
 def layers(pieces: Sequence[Piece]) -> list[list[Piece]]:
