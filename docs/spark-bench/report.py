@@ -37,18 +37,18 @@ def main() -> int:
                     drain = [x["drain_s"] for x in runs if x.get("drain_s") is not None]
                     loads = [x["load_avg_1m"] for x in runs if "load_avg_1m" in x]
                     load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
-                    lines.append(
-                        f"| {name} | {sink} | {int(lag):,} | {src} | {_fmt(fresh)} | {_fmt(drain)} | {load} |"
-                    )
+                    lines.append(f"| {name} | {sink} | {int(lag):,} | {src} | {_fmt(fresh)} | {_fmt(drain)} | {load} |")
                     plot.setdefault(f"{src} first fresh", {}).setdefault((sink, int(lag)), []).extend(fresh)
                     plot.setdefault(f"{src} drained", {}).setdefault((sink, int(lag)), []).extend(drain)
     print("\n".join(lines))
     steady_lines = ["| source | records/s after the first batch | load avg |", "| --- | --- | --- |"]
-    for name, r in results.items():
+    for r in results.values():
         for src, st in r.get("steady", {}).items():
             rates = [x["rate_per_s"] for x in st["runs"] if x.get("rate_per_s")]
             loads = [x.get("load_avg_1m", 0) for x in st["runs"]]
-            med = f"{statistics.median(rates):,.0f} ({min(rates):,.0f}-{max(rates):,.0f}, n={len(rates)})" if rates else "n/a"
+            med = "n/a"
+            if rates:
+                med = f"{statistics.median(rates):,.0f} ({min(rates):,.0f}-{max(rates):,.0f}, n={len(rates)})"
             steady_lines.append(f"| {src} | {med} | {min(loads):.1f}-{max(loads):.1f} |")
     print()
     print("\n".join(steady_lines))

@@ -374,20 +374,10 @@ def machine() -> dict[str, Any]:
 
 
 def kafka_package_version() -> str:
-    """spark-sql-kafka-0-10's version: the PySpark version unless FASTRECOVER_SPARK_KAFKA_VERSION is set.
+    """spark-sql-kafka-0-10's version (see :func:`fastrecover.spark.jvm.connector_package`)."""
+    from fastrecover.spark.jvm import connector_package
 
-    (A PySpark release can reach PyPI before its connector reaches Maven Central.)
-    """
-    import pyspark
-
-    return os.environ.get("FASTRECOVER_SPARK_KAFKA_VERSION") or _PUBLISHED_CONNECTOR.get(
-        pyspark.__version__, pyspark.__version__
-    )
-
-
-#: PySpark releases whose spark-sql-kafka-0-10 is not on Maven Central (checked 2026-11-22 with
-#: ``mvn dependency:get``) -> the newest published connector, which runs on them.
-_PUBLISHED_CONNECTOR = {"4.3.0": "4.2.0"}
+    return connector_package().rsplit(":", 1)[1]
 
 
 _CENTRAL = "https://repo1.maven.org/maven2"
