@@ -126,6 +126,10 @@ class RangeBook:
             self._spans[key] = spans
         return spans
 
+    def holds(self, key: TopicPartitionKey) -> bool:
+        """Whether any range of ``key`` is held, parked ones included."""
+        return key in self._by_key
+
     def routes(self) -> set[TopicPartitionKey]:
         """Partitions with at least one claimed range: only their commits need routing."""
         return {k for k in self._by_key if self.spans(k)}

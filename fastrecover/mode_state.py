@@ -143,7 +143,9 @@ class ModeState:
     def with_mirror(self, key: TopicPartitionKey, offset: int, user_metadata: str | None) -> TopicPartition:
         if user_metadata is not None:
             return TopicPartition(key.topic, key.partition, offset, metadata=user_metadata)
-        text = self.book.mirror(key) if self.settings.commit_mirror and key in self.routes else ""
+        # every held range counts, parked ones too: a commit without them would erase the only
+        # record of ranges the store could not take
+        text = self.book.mirror(key) if self.settings.commit_mirror and self.book.holds(key) else ""
         if text:
             return TopicPartition(key.topic, key.partition, offset, metadata=text)
         return TopicPartition(key.topic, key.partition, offset)
