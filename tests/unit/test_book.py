@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -256,9 +258,9 @@ class TestMirrorAndWorks:
         calls: list[int] = []
         real = encode_mirror
 
-        def counting(ranges: list[RangeProgress]) -> str:
+        def counting(ranges: list[RangeProgress], **kwargs: Any) -> str:
             calls.append(len(ranges))
-            return real(ranges)
+            return real(ranges, **kwargs)
 
         monkeypatch.setattr(book_module, "encode_mirror", counting)
         book = RangeBook()

@@ -48,7 +48,7 @@ class TestSplit:
         _, s = split_config(enabled())
         assert s == Settings(enabled=True, store_url=s.store_url)
         assert s.store_url == "sqlite:///" + os.path.join(os.getcwd(), "fastrecover.db")
-        assert (s.backfill_min_offsets, s.queue_max_messages, s.batch_size) == (100, 10_000, 500)
+        assert (s.backfill_min_offsets, s.queue_max_messages, s.batch_size) == (100, 100_000, 500)
         assert s.store_create is True
         assert s.commit_mirror is True
         assert s.owner_id is None
