@@ -1,9 +1,9 @@
-"""``fastrecover.testing.worker`` for KIP-848 groups (``--set group.protocol=consumer``).
+"""``fastrecover_tools.testing.worker`` for KIP-848 groups (``--set group.protocol=consumer``).
 
 librdkafka refuses ``session.timeout.ms``, ``heartbeat.interval.ms`` and
 ``partition.assignment.strategy`` when ``group.protocol=consumer`` (the broker owns them),
 and the worker always sets the first two.  This shim drops them for such groups and is
-otherwise the worker itself.  Once fastrecover/testing/worker.py leaves them out for
+otherwise the worker itself.  Once tools/fastrecover_tools/testing/worker.py leaves them out for
 ``group.protocol=consumer`` itself, this module can go.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from fastrecover.testing import worker
+from fastrecover_tools.testing import worker
 
 #: What librdkafka rejects with group.protocol=consumer ("It is defined broker side").
 CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")

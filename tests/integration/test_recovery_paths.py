@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient
 from fastrecover import Consumer, hooks
 from fastrecover.ranges import OffsetRange
 from fastrecover.store import open_store
-from fastrecover.testing.broker import group_is_empty, produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import group_is_empty, produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import (
     SESSION_MS,
     consume_until,

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 from fastrecover.spark.kafka import DataLossError, LogView, read_pieces
 from fastrecover.spark.offsets import LogBounds, Piece
 from fastrecover.spark.source import arrow_schema
-from fastrecover.testing.broker import produce
+from fastrecover_tools.testing.broker import produce
 from fastrecover.tokens import TopicPartitionKey
 
 pytestmark = [pytest.mark.integration]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fastrecover.chaos.checker import (
+from fastrecover_tools.chaos.checker import (
     Incarnation,
     LedgerEntry,
     Produced,
