@@ -27,6 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from fastrecover.errors import DataLossError as DataLossError  # re-exported: it was defined here
 from fastrecover.errors import FastRecoverError
 from fastrecover.spark.offsets import LogBounds, Piece
 from fastrecover.tokens import TopicPartitionKey
@@ -44,10 +45,6 @@ RANGE_READ_DEFAULTS: Mapping[str, Any] = {
     "group.id": "fastrecover-spark-reader",
 }
 _CONSUME_BATCH = 5000
-
-
-class DataLossError(FastRecoverError):
-    """Records a batch must deliver are gone from Kafka (retention, topic re-created)."""
 
 
 def _isolation(conf: Mapping[str, str]) -> Any:
