@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fastrecover.store import open_store
-from fastrecover_tools.testing.waiting import wait_for
 from fastrecover.tokens import Token
+from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults

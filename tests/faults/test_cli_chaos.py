@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_chaos_command_prints_the_table_and_writes_the_verdict(bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "verdict.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")])
+    )
     proc = subprocess.run(
         [
             sys.executable,

@@ -6,8 +6,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fastrecover_tools.chaos.report import format_result
 from fastrecover.store import open_store
+from fastrecover_tools.chaos.report import format_result
 from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine, make_url
 
-from fastrecover_tools.chaos.driver import ChaosDriver, WorkerProc
 from fastrecover.store import open_store
+from fastrecover_tools.chaos.driver import ChaosDriver, WorkerProc
 from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
 

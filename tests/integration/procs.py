@@ -21,7 +21,9 @@ class WorkerProcess:
     """A ``fastrecover_tools.testing.worker`` subprocess and the events it printed."""
 
     def __init__(self, args: list[str], log_path: Path, *, module: str = "fastrecover_tools.testing.worker") -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")])
+        )
         self._stderr = open(log_path, "ab")  # noqa: SIM115 - closed in kill()/wait()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args],

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from fastrecover.errors import ConfigError
 from fastrecover_tools.bench import command
 from fastrecover_tools.bench.patterns import PATTERNS, STEADY_CELLS, consumer_config, hooks
 from fastrecover_tools.bench.run import FULL, QUICK, BenchOptions, _mode_order, restart_cells, run_timeout
-from fastrecover.errors import ConfigError
 
 
 def _options(*argv: str) -> BenchOptions:

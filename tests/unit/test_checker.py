@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from fastrecover.ranges import RangeProgress
+from fastrecover.tokens import Token, TokenState
 from fastrecover_tools.chaos.checker import (
     Incarnation,
     LedgerEntry,
@@ -16,8 +18,6 @@ from fastrecover_tools.chaos.checker import (
     parse_produced_line,
     read_ledgers,
 )
-from fastrecover.ranges import RangeProgress
-from fastrecover.tokens import Token, TokenState
 
 
 def produced(n: int, topic: str = "t", partition: int = 0, t0: int = 1000) -> list[Produced]:

@@ -43,6 +43,10 @@ from confluent_kafka import TopicPartition
 
 import fastrecover
 import fastrecover_tools
+from fastrecover.errors import StoreError
+from fastrecover.store import open_store
+from fastrecover.store.sql import mask_url, url_for_child
+from fastrecover.tokens import Token
 from fastrecover_tools.chaos.checker import (
     Incarnation,
     Verdict,
@@ -53,13 +57,9 @@ from fastrecover_tools.chaos.checker import (
     read_produced,
 )
 from fastrecover_tools.chaos.producer import SequencedProducer, read_topic
-from fastrecover.errors import StoreError
-from fastrecover.store import open_store
-from fastrecover.store.sql import mask_url, url_for_child
 from fastrecover_tools.testing.broker import create_topic
 from fastrecover_tools.testing.waiting import Deadline
 from fastrecover_tools.testing.worker import STALL_POINTS
-from fastrecover.tokens import Token
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
