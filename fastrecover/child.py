@@ -22,7 +22,6 @@ handle to the head's delivery cursor, so none is skipped.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,30 +32,11 @@ from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import hooks
+from fastrecover.batches import ChildEvent, GapEvent, Run, SkipEvent, cut_batch
 from fastrecover.book import RangeWork
 from fastrecover.tokens import TopicPartitionKey
 
 log = logging.getLogger("fastrecover.child")
-
-
-@dataclass(frozen=True)
-class SkipEvent:
-    """Retention removed ``[next offset, low)`` of a range before it was read."""
-
-    token_id: int
-    low: int
-
-
-@dataclass(frozen=True)
-class GapEvent:
-    """Offsets in ``[start, end)`` of a range hold no record (compaction, transaction markers)."""
-
-    token_id: int
-    start: int
-    end: int
-
-
-ChildEvent = SkipEvent | GapEvent
 
 
 @dataclass
@@ -67,16 +47,6 @@ class _Segment:
     msgs: list[Message]
     offsets: list[int]
     pos: int = 0
-
-
-@dataclass(frozen=True)
-class Run:
-    """Records of one range just handed out: ``[first, last]`` of its delivery order."""
-
-    token_id: int
-    key: TopicPartitionKey
-    first: int
-    last: int
 
 
 class ChildReader:
@@ -223,7 +193,12 @@ class ChildReader:
 
     # ---- reading -------------------------------------------------------------------------------
 
-    def take(self, limit: int) -> tuple[list[Message], list[Run]]:
+    @property
+    def reading(self) -> bool:
+        """True while some range still has records to fetch (not paused): worth waiting on."""
+        return any(q and not q[0].fetched_all and k not in self._paused for k, q in self._work.items())
+
+    def take(self, limit: int, wait: float = 0.0) -> tuple[list[Message], list[Run]]:
         """Up to ``limit`` backfill records, never blocking; with the runs they form per range.
 
         The handle is asked for ``batch size`` records at a time, as often as ``limit``
@@ -239,7 +214,7 @@ class ChildReader:
                 self._advance_read_heads()
                 if not self._work:
                     break
-                self._fetch(self._batch)
+                self._fetch(self._batch, wait if fetches == 0 else 0.0)
                 fetches += 1
                 if not self._segments:
                     break  # nothing ready now
@@ -256,9 +231,9 @@ class ChildReader:
         self.records_delivered += len(out)
         return out, runs
 
-    def _fetch(self, count: int) -> None:
+    def _fetch(self, count: int, wait: float = 0.0) -> None:
         try:
-            msgs = self._handle.consume(min(count, 100_000), 0)
+            msgs = self._handle.consume(min(count, 100_000), wait)
             hooks.fire("child-batch")
         except Exception as exc:
             self._fail(exc)
@@ -289,33 +264,16 @@ class ChildReader:
         if head.fetched_all:
             return  # the fetcher moved past the range; a seek to the next range is pending
         offsets = cast(list[int], list(map(Message.offset, msgs)))  # records, never events: always set
-        lo = bisect_left(offsets, head.fetch_next)
-        hi = bisect_left(offsets, head.end, lo)
-        if hi < len(offsets):
-            head.fetched_all = True
-        if lo < hi:
-            first, last = offsets[lo], offsets[hi - 1]
-            if first > head.fetch_next:
-                self._events.append(GapEvent(head.token_id, head.fetch_next, first))
-            if last - first + 1 != hi - lo:
-                self._gaps_inside(head, offsets[lo:hi])
-            head.fetch_next = last + 1
-            kept, kept_offsets = msgs[lo:hi], offsets[lo:hi]
+        cut = cut_batch(offsets, head.fetch_next, head.end)
+        self._events.extend(GapEvent(head.token_id, start, end) for start, end in cut.gaps)
+        head.fetch_next, head.fetched_all = cut.fetch_next, cut.fetched_all
+        if cut.lo < cut.hi:
+            kept, kept_offsets = msgs[cut.lo : cut.hi], offsets[cut.lo : cut.hi]
             if head.skip:
                 pairs = [(m, o) for m, o in zip(kept, kept_offsets, strict=True) if o not in head.skip]
                 kept, kept_offsets = [m for m, _ in pairs], [o for _, o in pairs]
             if kept:
                 self._segments.append(_Segment(head, kept, kept_offsets))
-        if head.fetched_all and head.fetch_next < head.end:
-            self._events.append(GapEvent(head.token_id, head.fetch_next, head.end))
-            head.fetch_next = head.end
-
-    def _gaps_inside(self, head: RangeWork, offsets: list[int]) -> None:
-        expected = offsets[0]
-        for offset in offsets:
-            if offset > expected:
-                self._events.append(GapEvent(head.token_id, expected, offset))
-            expected = offset + 1
 
     def _advance_read_heads(self) -> None:
         """Heads fetched to their end and fully handed out are done: move to the next range."""

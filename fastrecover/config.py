@@ -150,7 +150,7 @@ KEYS: dict[str, _Key] = {
         "Smallest lag E - C split off to the child; smaller lags are read by the primary.",
     ),
     "fastrecover.backfill.queue.max.messages": _Key(
-        10_000,
+        100_000,
         _int_parser(1),
         "Records the child's handle prefetches per partition (its queued.min.messages); unread, it stops fetching.",
     ),
@@ -208,7 +208,7 @@ class Settings:
     store_url: str = field(default_factory=_default_store_url)
     store_create: bool = True
     backfill_min_offsets: int = 100
-    queue_max_messages: int = 10_000
+    queue_max_messages: int = 100_000
     batch_size: int = 500
     commit_mirror: bool = True
     owner_id: str | None = None
@@ -342,6 +342,9 @@ def child_config(primary: Mapping[str, Any], settings: Settings) -> dict[str, An
             "fetch.wait.max.ms": 50,
             # unread, the handle's prefetch queue is the back-pressure point: fetching stops when it is full
             "queued.min.messages": settings.queue_max_messages,
+            # when that queue is full librdkafka waits this long before fetching again (default 1 s):
+            # the backlog is read as fast as the application takes it, so check back soon
+            "fetch.queue.backoff.ms": 20,
         }
     )
     if "isolation.level" in primary:

@@ -21,8 +21,9 @@ from typing import Any
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from fastrecover.batches import GapEvent, Run, SkipEvent
 from fastrecover.book import RangeBook
-from fastrecover.child import ChildReader, GapEvent, Run, SkipEvent
+from fastrecover.child import ChildReader
 from fastrecover.committer import RangeCommitter, StoreLink
 from fastrecover.config import Settings, child_config, is_cooperative, parse_bool
 from fastrecover.primary import PrimaryOffsets

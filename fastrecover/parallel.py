@@ -23,7 +23,7 @@ from typing import cast
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from fastrecover.child import Run
+from fastrecover.batches import Run
 from fastrecover.handover import Handover
 from fastrecover.mode_state import key_of
 from fastrecover.ranges import (
@@ -142,7 +142,13 @@ class ParallelMode(Handover):
             remaining = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
             if remaining <= 0:
                 return None
-            msg = self.note_primary(_K.poll(self.app, remaining))
+            if self.child.reading:  # the backlog is where records are coming: wait on the child
+                msgs, runs = self.child.take(1, wait=remaining)
+                if msgs:
+                    return self.note_child(msgs, runs)[0]
+                msg = self.note_primary(_K.poll(self.app, 0))
+            else:
+                msg = self.note_primary(_K.poll(self.app, remaining))
             if msg is not None:
                 return msg
             now = time.monotonic()
@@ -186,7 +192,13 @@ class ParallelMode(Handover):
             remaining = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
             if remaining <= 0:
                 return []
-            primary = self.note_batch(_K.consume(self.app, num, remaining))
+            if self.child.reading:  # the backlog is where records are coming: wait on the child
+                msgs, runs = self.child.take(num, wait=remaining)
+                if msgs:
+                    return self.note_child(msgs, runs)
+                primary = self.note_batch(_K.consume(self.app, num, 0))
+            else:
+                primary = self.note_batch(_K.consume(self.app, num, remaining))
             if primary:
                 return primary
             now = time.monotonic()

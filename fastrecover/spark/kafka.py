@@ -13,19 +13,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+# LogView (the planning side) imports the client inside its methods: this module is pickled by value into
+# Spark's planning process (fastrecover.spark.register), and names bound here would be pickled with it.
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from fastrecover.errors import DataLossError as DataLossError  # re-exported: it was defined here
 from fastrecover.errors import FastRecoverError
@@ -36,8 +36,10 @@ log = logging.getLogger("fastrecover.spark")
 
 #: librdkafka settings of range reads: a range read knows where it stops, so the
 #: broker must not hold a fetch open waiting for records that are not coming.
+RANGE_READ_TUNING: Mapping[str, Any] = {"fetch.wait.max.ms": 10}
+#: Settings no ``kafka.*`` option may change (applied last): a read never joins a group nor commits, and an
+#: offset that is gone is an error (data loss is detected, never silently reset).
 RANGE_READ_DEFAULTS: Mapping[str, Any] = {
-    "fetch.wait.max.ms": 10,
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "auto.offset.reset": "error",
@@ -48,6 +50,8 @@ _CONSUME_BATCH = 5000
 
 
 def _isolation(conf: Mapping[str, str]) -> Any:
+    from confluent_kafka import IsolationLevel
+
     level = str(conf.get("isolation.level", "read_uncommitted")).lower()
     return IsolationLevel.READ_COMMITTED if level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
 
@@ -63,6 +67,8 @@ class LogView:
 
     def _client(self) -> Any:
         if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
             admin_conf: dict[str, Any] = {
                 k: v for k, v in self._conf.items() if k not in ("isolation.level", "group.id")
             }
@@ -87,16 +93,31 @@ class LogView:
             out.extend(TopicPartitionKey(topic, p) for p in sorted(meta.partitions))
         return out
 
+    def partitions_matching(self, wanted: Callable[[str], bool]) -> list[TopicPartitionKey]:
+        """The partitions of every topic ``wanted`` accepts (subscribePattern); internal topics excluded."""
+        meta = self._client().list_topics(timeout=self._timeout)
+        out: list[TopicPartitionKey] = []
+        for name in sorted(meta.topics):
+            topic = meta.topics[name]
+            if name.startswith("__") or topic.error is not None or not wanted(name):
+                continue
+            out.extend(TopicPartitionKey(name, p) for p in sorted(topic.partitions))
+        return out
+
     def bounds(self, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, LogBounds]:
         """Log start and log end (last stable offset under read_committed) of each partition."""
         keys = list(keys)
         if not keys:
             return {}
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
         lows = self._list(keys, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         highs = self._list(keys, OffsetSpec.latest())  # type: ignore[no-untyped-call]
         return {k: LogBounds(min(lows[k], highs[k]), highs[k]) for k in keys}
 
     def _list(self, keys: list[TopicPartitionKey], spec: Any) -> dict[TopicPartitionKey, int]:
+        from confluent_kafka import TopicPartition
+
         request = {TopicPartition(k.topic, k.partition): spec for k in keys}
         futures = self._client().list_offsets(
             request, isolation_level=_isolation(self._conf), request_timeout=self._timeout
@@ -116,9 +137,15 @@ _CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
 _CONSUMERS_LOCK = threading.Lock()
 
 
+def _merged(conf: Mapping[str, str]) -> dict[str, Any]:
+    """The user's ``kafka.*`` settings with the source's read defaults applied LAST: no option may turn
+    off the detection of data loss (``auto.offset.reset=error``) or make the reader join a group."""
+    return {**RANGE_READ_TUNING, **conf, **RANGE_READ_DEFAULTS}
+
+
 def _consumer(conf: Mapping[str, str]) -> Any:
     """A consumer for range reads, cached per Python worker process and configuration."""
-    merged: dict[str, Any] = {**RANGE_READ_DEFAULTS, **conf}
+    merged = _merged(conf)
     key = tuple(sorted((k, str(v)) for k, v in merged.items()))
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.get(key)
@@ -129,7 +156,7 @@ def _consumer(conf: Mapping[str, str]) -> Any:
 
 
 def _drop_consumer(conf: Mapping[str, str]) -> None:
-    merged: dict[str, Any] = {**RANGE_READ_DEFAULTS, **conf}
+    merged = _merged(conf)
     key = tuple(sorted((k, str(v)) for k, v in merged.items()))
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.pop(key, None)
@@ -158,8 +185,15 @@ def _arrow_batch(msgs: list[Message], piece: Piece, schema: Any) -> Any:
         ),
         # Kafka's TimestampType ids, as Spark's Kafka source reports them: CreateTime 0, LogAppendTime 1.
         pa.array([t - 1 for t, _ in stamps], type=pa.int32()),
-        pa.array([piece.backfill] * n, type=pa.bool_()),
     ]
+    if schema.get_field_index("headers") >= 0:
+        arrays.append(
+            pa.array(
+                [[{"key": h[0], "value": h[1]} for h in (m.headers() or [])] for m in msgs],
+                type=schema.field("headers").type,
+            )
+        )
+    arrays.append(pa.array([piece.backfill] * n, type=pa.bool_()))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -249,13 +249,27 @@ def pending_total(offset: SourceOffset) -> int:
 # -- planning ----------------------------------------------------------------------------------
 
 
-def initial_offset(bounds: Mapping[TopicPartitionKey, LogBounds], starting: str) -> SourceOffset:
-    """Where a new query starts: every partition at its log end ("latest") or log start ("earliest")."""
-    if starting not in ("latest", "earliest"):
-        raise ValueError(f"startingOffsets must be 'latest' or 'earliest', got {starting!r}")
+def initial_offset(
+    bounds: Mapping[TopicPartitionKey, LogBounds],
+    starting: str,
+    specific: Mapping[TopicPartitionKey, int] | None = None,
+) -> SourceOffset:
+    """Where a new query starts: every partition at its log end ("latest"), log start ("earliest"), or,
+    for ``starting == "json"``, at ``specific[key]`` (-2 earliest, -1 latest), clamped into the log.
+
+    Under "json" every partition must be named, as with Spark's Kafka source.
+    """
+    if starting not in ("latest", "earliest", "json"):
+        raise ValueError(f"startingOffsets must be 'latest', 'earliest' or 'json', got {starting!r}")
     parts = {}
     for key, b in bounds.items():
-        at = b.high if starting == "latest" else b.low
+        if starting == "json":
+            if specific is None or key not in specific:
+                raise ValueError(f"startingOffsets names no offset for {key.topic}[{key.partition}]")
+            want = specific[key]
+            at = b.low if want == -2 else b.high if want == -1 else min(max(want, b.low), b.high)
+        else:
+            at = b.high if starting == "latest" else b.low
         parts[key] = PartitionState(at, at)
     return SourceOffset(parts)
 
@@ -296,14 +310,41 @@ def apply_jumps(offset: SourceOffset, jumps: Mapping[TopicPartitionKey, int]) ->
     return offset.with_partitions(updates) if updates else offset
 
 
-def advance_live(offset: SourceOffset, ends: Mapping[TopicPartitionKey, int]) -> SourceOffset:
-    """Every partition's live position follows its log end (never moving backwards)."""
-    updates = {}
+def advance_live(offset: SourceOffset, ends: Mapping[TopicPartitionKey, int], limit: int | None = None) -> SourceOffset:
+    """Every partition's live position follows its log end (never moving backwards).
+
+    With ``limit`` (maxOffsetsPerTrigger) at most that many live offsets in total,
+    shared between partitions in proportion to what each has waiting (rounded
+    down, at least one offset for a partition with records, remainder in key
+    order), as Spark's Kafka source shares its limit.
+    """
+    waiting = {}
     for key in offset.keys_sorted():
-        state = offset.partitions[key]
         end = ends.get(key)
-        if end is not None and end > state.live:
-            updates[key] = replace(state, live=end)
+        if end is not None and end > offset.partitions[key].live:
+            waiting[key] = end - offset.partitions[key].live
+    if not waiting:
+        return offset
+    total = sum(waiting.values())
+    if limit is None or total <= limit:
+        grant = waiting
+    else:
+        grant = {k: min(n, max(1, n * limit // total)) for k, n in waiting.items()}
+        over = sum(grant.values()) - limit
+        for key in sorted(grant, key=lambda k: (-grant[k], k.topic, k.partition)):
+            if over <= 0:
+                break
+            take = min(over, grant[key] - 1)
+            grant[key] -= take
+            over -= take
+        spare = limit - sum(grant.values())
+        for key in sorted(grant, key=lambda k: (k.topic, k.partition)):
+            if spare <= 0:
+                break
+            extra = min(spare, waiting[key] - grant[key])
+            grant[key] += extra
+            spare -= extra
+    updates = {k: replace(offset.partitions[k], live=offset.partitions[k].live + n) for k, n in grant.items() if n > 0}
     return offset.with_partitions(updates) if updates else offset
 
 
@@ -358,6 +399,7 @@ def plan_next(
     *,
     jumps: Mapping[TopicPartitionKey, int] | None,
     backfill_budget: int | None,
+    live_limit: int | None = None,
 ) -> SourceOffset:
     """The end offset of the next batch from ``start`` (partitions already discovered).
 
@@ -367,13 +409,16 @@ def plan_next(
     offset = start
     if jumps:
         offset = apply_jumps(offset, jumps)
-        return advance_live(offset, ends)
-    offset = advance_live(offset, ends)
+        return advance_live(offset, ends, live_limit)
+    offset = advance_live(offset, ends, live_limit)
     return take_backfill(offset, backfill_budget)
 
 
 def chunk_tasks(
-    pieces: Iterable[Piece], backfill_tasks: int, max_live_per_task: int | None = None
+    pieces: Iterable[Piece],
+    backfill_tasks: int,
+    max_live_per_task: int | None = None,
+    min_live_tasks: int | None = None,
 ) -> list[list[Piece]]:
     """Group a batch's pieces into Spark tasks.
 
@@ -390,6 +435,10 @@ def chunk_tasks(
         if len(p) > 0:
             (backfill if p.backfill else live).append(p)
     tasks: list[list[Piece]] = []
+    if min_live_tasks is not None and live and len(live) < min_live_tasks:
+        # minPartitions: cut the live pieces so the batch has at least that many live tasks.
+        size = max(1, math.ceil(sum(len(p) for p in live) / min_live_tasks))
+        max_live_per_task = size if max_live_per_task is None else min(size, max_live_per_task)
     for p in live:
         if max_live_per_task is None or len(p) <= max_live_per_task:
             tasks.append([p])

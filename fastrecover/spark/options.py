@@ -7,16 +7,23 @@ created.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from fastrecover.config import DEFAULT_STORE_FILE
 from fastrecover.errors import ConfigError
 
 __all__ = [
+    "DANGEROUS_KAFKA_KEYS",
     "OPTION_DOCS",
     "RangesOptions",
     "SourceOptions",
+    "is_secret_key",
+    "mask_secrets_in_url",
+    "masked_kafka",
     "parse_ranges_options",
     "parse_source_options",
 ]
@@ -27,15 +34,30 @@ QUERY_GROUP_PREFIX = "spark-query:"
 OPTION_DOCS: dict[str, tuple[str, str]] = {
     "kafka.bootstrap.servers": (
         "(required)",
-        "Kafka bootstrap servers; every `kafka.*` option goes to librdkafka.",
+        "Kafka bootstrap servers; `kafka.*` options go to the Kafka client (see the option table below).",
     ),
-    "subscribe": ("(required, stream)", "Comma-separated topics to read."),
+    "subscribe": ("(one of three, stream)", "Comma-separated topics to read."),
+    "subscribePattern": (
+        "(one of three, stream)",
+        "Regular expression (Python `re.fullmatch`) of the topics to read; new matching topics are picked up.",
+    ),
+    "assign": ("(one of three, stream)", 'JSON of the partitions to read, e.g. `{"orders":[0,1]}`.'),
     "fastrecover.query": (
         "(required, stream)",
         "Name of the query in the store (initial offset, range mirror).",
     ),
     "fastrecover.store.url": (f"sqlite:///./{DEFAULT_STORE_FILE}", "SQLAlchemy URL of the range store."),
-    "startingOffsets": ("latest", "`latest` or `earliest`: where a NEW query starts (stored on first use)."),
+    "startingOffsets": (
+        "latest",
+        '`latest`, `earliest` or JSON per partition (`{"orders":{"0":23,"1":-2}}`, -2 earliest, -1 latest): '
+        "where a NEW query starts (stored on first use).",
+    ),
+    "maxOffsetsPerTrigger": (
+        "(none)",
+        "Live offsets per micro-batch at most, shared between partitions in proportion to their lag.",
+    ),
+    "minPartitions": ("(none)", "At least this many Spark tasks for a batch's live records."),
+    "includeHeaders": ("false", "Add the `headers` column (array of key/value structs), as Spark's source."),
     "fastrecover.backfill.min.offsets": (
         "100",
         "Lag that triggers recovery (jump to the log end) after a restart.",
@@ -95,17 +117,74 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     raise ConfigError(f"option {key}: expected true or false, got {raw!r}")
 
 
+#: Client properties that load code or run commands: a query's options are often assembled from less
+#: trusted configuration, so these are refused rather than handed to the client.
+DANGEROUS_KAFKA_KEYS = frozenset(
+    {
+        "plugin.library.paths",
+        "sasl.kerberos.kinit.cmd",
+        "ssl.engine.location",
+        "ssl_engine_location",
+        "oauthbearer_token_refresh_cb",
+        "oc_cb",
+        "interceptor.classes",
+        "sasl.login.class",
+        "sasl.login.callback.handler.class",
+        "sasl.client.callback.handler.class",
+        "sasl.oauthbearer.jwks.endpoint.url",
+        "ssl.engine.factory.class",
+        "metric.reporters",
+        "config.providers",
+        "key.deserializer",
+        "value.deserializer",
+    }
+)
+#: Keys the source sets itself: it never joins a group nor commits (Spark's checkpoint keeps the offsets),
+#: and it must see a missing offset as an error (data loss), never silently reset.
+OWNED_KAFKA_KEYS = frozenset(
+    {"group.id", "enable.auto.commit", "auto.offset.reset", "enable.auto.offset.store", "enable.partition.eof"}
+)
+#: Substrings of option keys whose values are secrets (masked in repr and messages).
+_SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential", "private.key", "keystore.key")
+
+
 def _kafka(options: Mapping[str, str]) -> dict[str, str]:
     conf = {k[len("kafka.") :]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")}
     if not conf.get("bootstrap.servers"):
         raise ConfigError("option kafka.bootstrap.servers is required")
-    for forbidden in ("group.id", "enable.auto.commit"):
-        if forbidden in conf:
+    for key in sorted(conf):
+        if key.lower() in DANGEROUS_KAFKA_KEYS or key.lower().endswith((".cmd", ".class", ".classes")):
             raise ConfigError(
-                f"option kafka.{forbidden} is not supported: the source never joins a group nor commits "
-                "to Kafka (Spark's checkpoint and the range store keep the offsets)"
+                f"option kafka.{key} is refused: it makes the Kafka client load a library or run a command"
+            )
+        if key.lower() in OWNED_KAFKA_KEYS:
+            raise ConfigError(
+                f"option kafka.{key} is not supported: the source never joins a group nor commits to Kafka "
+                "(Spark's checkpoint keeps the offsets) and treats a missing offset as data loss "
+                "(see failOnDataLoss)"
             )
     return conf
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether an option's value is a secret (never printed, logged or repr'd)."""
+    low = key.lower()
+    return any(marker in low for marker in _SECRET_MARKERS)
+
+
+_URL_PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:)[^@]*@")
+_QUERY_SECRET = re.compile(r"(?P<head>[?&][^=&]*(?:password|secret|token)[^=&]*=)[^&]*", re.IGNORECASE)
+
+
+def mask_secrets_in_url(url: str) -> str:
+    """``url`` with its password (user info and query string) replaced by ``***``."""
+    masked = _URL_PASSWORD.sub(lambda m: m.group("head") + "***@", url)
+    return _QUERY_SECRET.sub(lambda m: m.group("head") + "***", masked)
+
+
+def masked_kafka(conf: Mapping[str, str]) -> dict[str, str]:
+    """The Kafka configuration with secret values replaced by ``***``."""
+    return {k: ("***" if is_secret_key(k) else v) for k, v in conf.items()}
 
 
 def _store_url(options: Mapping[str, str]) -> str:
@@ -115,13 +194,34 @@ def _store_url(options: Mapping[str, str]) -> str:
 
         return "sqlite:///" + os.path.join(os.getcwd(), DEFAULT_STORE_FILE)
     if "://" not in url:
-        raise ConfigError(f"option fastrecover.store.url: expected an SQLAlchemy URL, got {url!r}")
+        raise ConfigError(f"option fastrecover.store.url: expected an SQLAlchemy URL, got {mask_secrets_in_url(url)!r}")
     return url
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    """Options of the streaming source ``format("fastrecover")``."""
+class _MaskedRepr:
+    """A repr that never shows a secret: Kafka passwords, JAAS configs, the store URL's password."""
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in fields(self):  # type: ignore[arg-type]
+            value: Any = getattr(self, f.name)
+            if f.name == "kafka":
+                value = masked_kafka(value)
+            elif f.name == "store_url":
+                value = mask_secrets_in_url(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, repr=False)
+class SourceOptions(_MaskedRepr):
+    """Options of the streaming source ``format("fastrecover")``.
+
+    Exactly one of ``topics`` (subscribe), ``pattern`` (subscribePattern) and
+    ``assign`` names what to read.
+    """
 
     kafka: dict[str, str]
     topics: tuple[str, ...]
@@ -135,18 +235,91 @@ class SourceOptions:
     fresh_wait_s: float = 1.0
     fail_on_data_loss: bool = True
     read_timeout_s: float = 120.0
+    pattern: str | None = None
+    assign: tuple[tuple[str, int], ...] | None = None
+    starting_specific: tuple[tuple[str, int, int], ...] | None = None
+    max_live: int | None = None
+    min_partitions: int | None = None
+    include_headers: bool = False
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is one this query reads."""
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.assign is not None:
+            return any(t == topic for t, _ in self.assign)
+        return topic in self.topics
+
+
+def _parse_assign(raw: str) -> tuple[tuple[str, int], ...]:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f'option assign: expected JSON like {{"topic":[0,1]}}, got {raw!r}: {exc}') from exc
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f'option assign: expected a non-empty JSON object like {{"topic":[0,1]}}, got {raw!r}')
+    out: set[tuple[str, int]] = set()
+    for topic, parts in data.items():
+        if not isinstance(parts, list) or not all(isinstance(p, int) and p >= 0 for p in parts):
+            raise ConfigError(f"option assign: topic {topic!r} needs a list of partition numbers, got {parts!r}")
+        out.update((str(topic), int(p)) for p in parts)
+    return tuple(sorted(out))
+
+
+def _parse_starting(raw: str) -> tuple[str, tuple[tuple[str, int, int], ...] | None]:
+    if raw.lower() in ("latest", "earliest"):
+        return raw.lower(), None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        raise ConfigError(
+            f"option startingOffsets: expected latest, earliest or JSON per partition, got {raw!r}"
+        ) from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f'option startingOffsets: expected JSON like {{"topic":{{"0":23}}}}, got {raw!r}')
+    out: list[tuple[str, int, int]] = []
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise ConfigError(f"option startingOffsets: topic {topic!r} needs an object of partition -> offset")
+        for part, offset in parts.items():
+            try:
+                p = int(part)
+            except ValueError:
+                raise ConfigError(f"option startingOffsets: {topic!r} partition {part!r} is not a number") from None
+            if not isinstance(offset, int) or offset < -2 or p < 0:
+                raise ConfigError(
+                    f"option startingOffsets: {topic}[{part}] = {offset!r}; an offset is >= 0, "
+                    "-2 (earliest) or -1 (latest)"
+                )
+            out.append((str(topic), p, offset))
+    return "json", tuple(sorted(out))
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     opts = {str(k).lower(): str(v) for k, v in options.items()}
-    topics_raw = _get(opts, "subscribe")
-    if not topics_raw:
-        raise ConfigError("option subscribe is required: a comma-separated list of topics")
-    topics = tuple(sorted({t.strip() for t in topics_raw.split(",") if t.strip()}))
-    if not topics:
-        raise ConfigError(f"option subscribe names no topic: {topics_raw!r}")
-    if _get(opts, "subscribePattern") or _get(opts, "assign"):
-        raise ConfigError("options subscribePattern and assign are not supported; use subscribe")
+    topics_raw, pattern, assign_raw = _get(opts, "subscribe"), _get(opts, "subscribePattern"), _get(opts, "assign")
+    given = [
+        name for name, v in (("subscribe", topics_raw), ("subscribePattern", pattern), ("assign", assign_raw)) if v
+    ]
+    if len(given) != 1:
+        raise ConfigError(
+            "exactly one of the options subscribe, subscribePattern and assign is required"
+            + (f", got {', '.join(given)}" if given else "")
+        )
+    topics: tuple[str, ...] = ()
+    assign = None
+    if topics_raw:
+        topics = tuple(sorted({t.strip() for t in topics_raw.split(",") if t.strip()}))
+        if not topics:
+            raise ConfigError(f"option subscribe names no topic: {topics_raw!r}")
+    elif pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"option subscribePattern: {pattern!r} is not a regular expression: {exc}") from exc
+    else:
+        assign = _parse_assign(assign_raw or "")
+        topics = tuple(sorted({t for t, _ in assign}))
     query = _get(opts, "fastrecover.query")
     if not query:
         raise ConfigError(
@@ -155,9 +328,15 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         )
     if len(query) > 200:
         raise ConfigError(f"option fastrecover.query: at most 200 characters, got {len(query)}")
-    starting = (_get(opts, "startingOffsets") or "latest").lower()
-    if starting not in ("latest", "earliest"):
-        raise ConfigError(f"option startingOffsets: expected latest or earliest, got {starting!r}")
+    starting, specific = _parse_starting(_get(opts, "startingOffsets") or "latest")
+    if specific is not None and not pattern:
+        wanted = set(assign) if assign is not None else None
+        for topic, part, _ in specific:
+            if topic not in topics or (wanted is not None and (topic, part) not in wanted):
+                raise ConfigError(f"option startingOffsets names {topic}[{part}], which this query does not read")
+    for key in ("endingOffsets", "endingTimestamp", "startingTimestamp", "startingOffsetsByTimestamp"):
+        if _get(opts, key):
+            raise ConfigError(f"option {key} is not supported by the streaming source (see docs/spark.md)")
     max_backfill = _int(opts, "maxBackfillOffsetsPerTrigger", 100_000, 1)
     fresh_wait = _int(opts, "freshWaitMs", 1000, 0)
     timeout = _int(opts, "fastrecover.read.timeout.ms", 120_000, 1)
@@ -174,11 +353,17 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         fresh_wait_s=(fresh_wait or 0) / 1000.0,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         read_timeout_s=(timeout or 120_000) / 1000.0,
+        pattern=pattern or None,
+        assign=assign,
+        starting_specific=specific,
+        max_live=_int(opts, "maxOffsetsPerTrigger", None, 1),
+        min_partitions=_int(opts, "minPartitions", None, 1),
+        include_headers=_bool(opts, "includeHeaders", False),
     )
 
 
-@dataclass(frozen=True)
-class RangesOptions:
+@dataclass(frozen=True, repr=False)
+class RangesOptions(_MaskedRepr):
     """Options of the batch source ``format("fastrecover-ranges")``."""
 
     kafka: dict[str, str]

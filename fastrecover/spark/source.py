@@ -15,6 +15,7 @@ comes from run state.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     IntegerType,
@@ -39,8 +41,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from fastrecover.errors import FastRecoverError, StoreError
-from fastrecover.spark.kafka import LogView, read_pieces
+from fastrecover.errors import ConfigError, FastRecoverError
+from fastrecover.spark.kafka import LogView
 from fastrecover.spark.offsets import (
     Piece,
     SourceOffset,
@@ -61,25 +63,43 @@ from fastrecover.tokens import TopicPartitionKey
 log = logging.getLogger("fastrecover.spark")
 
 #: Spark's Kafka source schema, plus ``backfill``: true for a record of a recovered lag.
-SCHEMA = StructType(
-    [
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField("topic", StringType(), True),
-        StructField("partition", IntegerType(), True),
-        StructField("offset", LongType(), True),
-        StructField("timestamp", TimestampType(), True),
-        StructField("timestampType", IntegerType(), True),
-        StructField("backfill", BooleanType(), True),
-    ]
+_FIELDS = [
+    StructField("key", BinaryType(), True),
+    StructField("value", BinaryType(), True),
+    StructField("topic", StringType(), True),
+    StructField("partition", IntegerType(), True),
+    StructField("offset", LongType(), True),
+    StructField("timestamp", TimestampType(), True),
+    StructField("timestampType", IntegerType(), True),
+    StructField("backfill", BooleanType(), True),
+]
+SCHEMA = StructType(list(_FIELDS))
+#: Spark's ``headers`` column (includeHeaders=true): key/value pairs in record order.
+HEADERS_FIELD = StructField(
+    "headers",
+    ArrayType(StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)])),
+    True,
 )
+SCHEMA_WITH_HEADERS = StructType([*_FIELDS[:7], HEADERS_FIELD, _FIELDS[7]])
 
 
-def arrow_schema() -> Any:
-    """The Arrow schema Spark expects of batches in :data:`SCHEMA` (checked by the Python worker)."""
+def source_schema(include_headers: bool) -> StructType:
+    return SCHEMA_WITH_HEADERS if include_headers else SCHEMA
+
+
+def trace(event: str) -> None:
+    """Profiling aid: with FASTRECOVER_SPARK_TRACE=<file>, append ``<epoch seconds> <pid> <event>``."""
+    path = os.environ.get("FASTRECOVER_SPARK_TRACE")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{time.time():.4f} {os.getpid()} {event}\n")
+
+
+def arrow_schema(include_headers: bool = False) -> Any:
+    """The Arrow schema Spark expects of batches in the source schema (checked by the Python worker)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    return to_arrow_schema(source_schema(include_headers), timezone="UTC")
 
 
 class PieceSet(InputPartition):  # type: ignore[misc]
@@ -98,11 +118,21 @@ class PieceSet(InputPartition):  # type: ignore[misc]
 
 
 def read_task(
-    kafka: Mapping[str, str], pieces: tuple[Piece, ...], *, fail_on_data_loss: bool, timeout_s: float
+    kafka: Mapping[str, str],
+    pieces: tuple[Piece, ...],
+    *,
+    fail_on_data_loss: bool,
+    timeout_s: float,
+    include_headers: bool = False,
 ) -> Iterator[Any]:
     if not pieces:
         return iter(())
-    return read_pieces(kafka, pieces, arrow_schema(), fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s)
+    # Imported here, by reference: the planning process never needs the reading code (see _pickled_by_value).
+    from fastrecover.spark.kafka import read_pieces
+
+    return read_pieces(
+        kafka, pieces, arrow_schema(include_headers), fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s
+    )
 
 
 def backfill_budget(limit: ReadLimit, default: int | None) -> int | None:
@@ -163,9 +193,15 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return self._state
 
     def _bounds(self, known: SourceOffset | None = None) -> dict[TopicPartitionKey, Any]:
-        keys = set(self._log_view().partitions(self.options.topics))
+        opts = self.options
+        if opts.assign is not None:
+            keys = {TopicPartitionKey(t, p) for t, p in opts.assign}
+        elif opts.pattern is not None:
+            keys = set(self._log_view().partitions_matching(opts.matches))
+        else:
+            keys = set(self._log_view().partitions(opts.topics))
         if known is not None:
-            keys |= {k for k in known.keys_sorted() if k.topic in self.options.topics}
+            keys |= {k for k in known.keys_sorted() if opts.matches(k.topic)}
         return self._log_view().bounds(sorted(keys, key=lambda k: (k.topic, k.partition)))
 
     # -- DataSourceStreamReader ----------------------------------------------------------------
@@ -174,8 +210,18 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         opts = self.options
 
         def compute() -> str:
-            return initial_offset(self._bounds(), opts.starting).dumps()
+            bounds = self._bounds()
+            specific = None
+            if opts.starting_specific is not None:
+                specific = {TopicPartitionKey(t, p): o for t, p, o in opts.starting_specific}
+                if opts.pattern is not None:  # a pattern's topics without an offset start at their log end
+                    specific = {**{k: -1 for k in bounds}, **specific}
+            try:
+                return initial_offset(bounds, opts.starting, specific).dumps()
+            except ValueError as exc:
+                raise ConfigError(f"option startingOffsets: {exc} (name every partition the query reads)") from exc
 
+        trace("initialOffset")
         return SourceOffset.from_json(self._spark_state().initial_offset(opts.query, compute)).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -193,6 +239,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         )
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        trace("latestOffset")
         begin = SourceOffset.from_json(start)
         bounds = self._bounds(begin)
         if self._targets is not None:
@@ -212,7 +259,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 return start
             if end is not None:
                 return end.to_json()
-        return plan_next(seen, ends, jumps=None, backfill_budget=budget).to_json()
+        return plan_next(seen, ends, jumps=None, backfill_budget=budget, live_limit=self.options.max_live).to_json()
 
     def _recovery_batch(self, seen: SourceOffset, ends: dict[TopicPartitionKey, int]) -> SourceOffset | None:
         """The first batch of this run: jump lagging partitions to the log end; None for a normal batch,
@@ -247,7 +294,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return _HOLD
         self._first_plan = False
         self._hold = None
-        end = plan_next(seen, ends, jumps=hold.jumps, backfill_budget=0)
+        end = plan_next(seen, ends, jumps=hold.jumps, backfill_budget=0, live_limit=opts.max_live)
         log.info("query %r: recovery batch cut; %d offsets to backfill", opts.query, pending_total(end))
         return end
 
@@ -259,19 +306,23 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 f"offset {finish.dumps()} does not contain everything offset {begin.dumps()} delivered "
                 f"(missing {lost}); the checkpoint does not belong to this source"
             )
+        trace("partitions")
         pieces = batch_pieces(begin, finish)
-        tasks = chunk_tasks(pieces, self.options.backfill_tasks, self.options.max_live_per_task)
+        opts = self.options
+        tasks = chunk_tasks(pieces, opts.backfill_tasks, opts.max_live_per_task, opts.min_partitions)
         return [PieceSet(tuple(t)) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, PieceSet):
             raise FastRecoverError(f"unexpected input partition {partition!r}")
         opts = self.options
+        trace("read")
         return read_task(
             opts.kafka,
             partition.pieces,
             fail_on_data_loss=opts.fail_on_data_loss,
             timeout_s=opts.read_timeout_s,
+            include_headers=opts.include_headers,
         )
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -335,11 +386,17 @@ class _CommitMirror:
                 return
 
     def _write(self, offset: SourceOffset) -> None:
+        # In Spark's planning process this code was pickled by value (fastrecover.spark.register): its
+        # classes are copies, so the store side gets the offset as JSON, parsed by the real modules, and
+        # the store's errors are caught as the real classes.
+        from fastrecover.errors import FastRecoverError as StoreSideError
+        from fastrecover.spark.offsets import SourceOffset as StoreSideOffset
+
         try:
             state = self._state()
             state.record_commit(self._query, offset.dumps())
-            state.mirror_pending(self._query, offset)
-        except (StoreError, FastRecoverError) as exc:
+            state.mirror_pending(self._query, StoreSideOffset.from_json(offset.dumps()))
+        except (StoreSideError, FastRecoverError) as exc:
             log.warning("query %r: could not record committed offset in the store: %s", self._query, exc)
         except Exception:  # a mirror bug must not kill the thread and silently stop mirroring
             log.exception("query %r: recording the committed offset failed", self._query)
@@ -353,7 +410,8 @@ class FastRecoverDataSource(DataSource):  # type: ignore[misc]
         return "fastrecover"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return source_schema(parse_source_options(self.options).include_headers)
 
     def streamReader(self, schema: StructType) -> FastRecoverStreamReader:
+        trace("streamReader")
         return FastRecoverStreamReader(parse_source_options(self.options))

@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import fastrecover.spark
+from fastrecover.spark.jvm import connector_package
 from tests.spark.helpers import Sink
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -23,7 +24,8 @@ TOOLS_ROOT = str(Path(__file__).resolve().parents[2] / "tools")
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """A local[2] session (3 attempts per task, so a task failure is retried), UI off, tiny shuffles."""
+    """A local[2] session (3 attempts per task, so a task failure is retried), UI off, tiny shuffles,
+    with Spark's Kafka connector."""
     # Python workers are started by the JVM: they need this interpreter and this checkout.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -39,6 +41,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.pollingDelay", "50ms")
         .config("spark.python.worker.reuse", "true")
+        # Spark's Kafka connector (Maven Central): start_stream reads with it.
+        .config("spark.jars.packages", connector_package())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -74,14 +74,29 @@ PURE_ALLOWANCES: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ),
 }
 
-#: Every import inside a function body: (importing module, imported module).
+#: Every import inside a function body: (importing module, imported module). The Spark modules
+#: import pyspark and their siblings late so `import fastrecover.spark` works without a JVM.
 LAZY_IMPORTS = frozenset(
     {
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),
         ("fastrecover.config", "fastrecover.store.sql"),
+        ("fastrecover.spark", "fastrecover.spark.ranges"),
+        ("fastrecover.spark", "fastrecover.spark.source"),
+        ("fastrecover.spark", "importlib"),
+        ("fastrecover.spark", "pyspark"),
+        ("fastrecover.spark.jvm", "fastrecover.spark.state"),
+        ("fastrecover.spark.jvm", "fastrecover.store"),
+        ("fastrecover.spark.jvm", "os"),
+        ("fastrecover.spark.jvm", "pyspark"),
+        ("fastrecover.spark.jvm", "pyspark.sql"),
+        ("fastrecover.spark.kafka", "confluent_kafka"),
+        ("fastrecover.spark.kafka", "confluent_kafka.admin"),
         ("fastrecover.spark.kafka", "pyarrow"),
         ("fastrecover.spark.options", "os"),
+        ("fastrecover.spark.source", "fastrecover.errors"),
+        ("fastrecover.spark.source", "fastrecover.spark.kafka"),
+        ("fastrecover.spark.source", "fastrecover.spark.offsets"),
         ("fastrecover.spark.source", "fastrecover.spark.state"),
         ("fastrecover.spark.source", "fastrecover.store"),
         ("fastrecover.spark.source", "pyspark.sql.pandas.types"),

@@ -8,8 +8,9 @@ from confluent_kafka import Message, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastrecover.batches import GapEvent
 from fastrecover.book import RangeWork
-from fastrecover.child import ChildReader, GapEvent
+from fastrecover.child import ChildReader
 from fastrecover.primary import PrimaryOffsets, last_offsets
 from fastrecover.tokens import TopicPartitionKey
 

@@ -1,0 +1,83 @@
+"""Cutting a fetched batch at a range's end: pure, so every case is tested without a broker.
+
+Records of one partition arrive in offset order, so where a range's records
+start and stop in a batch is found with two bisects, and offsets the batch skips
+(compaction, transaction markers) are reported as gaps: offsets that hold no
+record, and so count as done.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from fastrecover.tokens import TopicPartitionKey
+
+
+@dataclass(frozen=True)
+class SkipEvent:
+    """Retention removed ``[next offset, low)`` of a range before it was read."""
+
+    token_id: int
+    low: int
+
+
+@dataclass(frozen=True)
+class GapEvent:
+    """Offsets in ``[start, end)`` of a range hold no record (compaction, transaction markers)."""
+
+    token_id: int
+    start: int
+    end: int
+
+
+ChildEvent = SkipEvent | GapEvent
+
+
+@dataclass(frozen=True)
+class Run:
+    """Records of one range just handed out: ``[first, last]`` of its delivery order."""
+
+    token_id: int
+    key: TopicPartitionKey
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a range's records lie in a batch: ``offsets[lo:hi]``, and what follows for the range."""
+
+    lo: int
+    hi: int
+    fetch_next: int
+    fetched_all: bool
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+
+
+def cut_batch(offsets: list[int], fetch_next: int, end: int) -> Cut:
+    """Cut the ascending ``offsets`` of one partition for a range read up to ``fetch_next``, ending at ``end``.
+
+    Offsets below ``fetch_next`` were delivered already (``lo`` skips them); an offset at or past
+    ``end`` means the fetcher went past the range (``fetched_all``), and whatever the range never
+    saw up to its end is a gap.
+    """
+    lo = bisect_left(offsets, fetch_next)
+    hi = bisect_left(offsets, end, lo)
+    fetched_all = hi < len(offsets)
+    gaps: list[tuple[int, int]] = []
+    if lo < hi:
+        first, last = offsets[lo], offsets[hi - 1]
+        if first > fetch_next:
+            gaps.append((fetch_next, first))
+        if last - first + 1 != hi - lo:  # holes inside the run: rare, so a loop is fine here
+            expected = first
+            for offset in offsets[lo:hi]:
+                if offset > expected:
+                    gaps.append((expected, offset))
+                expected = offset + 1
+        fetch_next = last + 1
+    if fetched_all and fetch_next < end:
+        gaps.append((fetch_next, end))
+        fetch_next = end
+    return Cut(lo, hi, fetch_next, fetched_all, gaps)

@@ -1,0 +1,99 @@
+"""Write-behind range commits (issue 9) on a real broker and real stores.
+
+An asynchronous commit of backfilled records only marks progress in memory; the
+store has it after the next write-behind flush.  These tests pin the contract:
+a crash before the flush re-delivers (nothing lost), a synchronous commit is
+durable when it returns, and a revoke (here: close) writes what is pending.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Message
+
+from fastrecover import Consumer
+from fastrecover.store import open_store
+from fastrecover_tools.testing.broker import group_is_empty
+from fastrecover_tools.testing.waiting import wait_for
+from tests.integration.helpers import (
+    SESSION_MS,
+    consume_until,
+    lag_after_crash,
+    parallel_config,
+    poll_until,
+)
+from tests.integration.procs import WorkerProcess
+
+#: long enough that no write-behind flush happens while a test looks
+_NEVER_MS = 60_000
+
+
+def _range_committed(store_url: str, group: str) -> int:
+    with open_store(store_url) as store:
+        (token,) = [t for t in store.ranges(group) if t.progress.start == 20]  # the lag's range
+        return token.progress.committed
+
+
+def test_sigkill_between_async_commits_and_their_flush_loses_nothing(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20, block_at=40, log_end=3000
+    )
+    # a second incarnation backfills 20..499, committing each record asynchronously, and dies
+    # before any write-behind flush
+    worker = WorkerProcess(
+        [
+            "--bootstrap", bootstrap, "--topic", topic, "--group", unique_group, "--parallel",
+            "--store-url", store_url, "--min-offsets", "10", "--ledger", str(tmp_path / "ledger2"),
+            "--commit", "message-async", "--block-at", "500", "--session-ms", str(SESSION_MS),
+            "--set", f"fastrecover.backfill.commit.interval.ms={_NEVER_MS}",
+        ],
+        tmp_path / "worker2.log",
+    )  # fmt: skip
+    try:
+        blocked = worker.wait_event("blocked", 90)
+        assert blocked["offset"] == 500
+    finally:
+        worker.sigkill()
+    wait_for(lambda: group_is_empty(bootstrap, unique_group), 30, 0.2, "the killed member to leave")
+    assert _range_committed(store_url, unique_group) == 20, "async progress was never flushed before the kill"
+
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        consume_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 3000)), 120, "the lag")
+    finally:
+        consumer.close()
+
+
+def test_sync_commit_is_durable_when_it_returns_and_close_flushes_async_ones(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20, block_at=40, log_end=2000
+    )
+    config = parallel_config(
+        bootstrap, unique_group, store_url, **{"fastrecover.backfill.commit.interval.ms": _NEVER_MS}
+    )
+    consumer = Consumer(config)
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 120)), 60, "backfill 20..119")
+        by_offset = {m.offset(): m for m in got}
+        for offset in range(20, 60):
+            assert consumer.commit(message=by_offset[offset], asynchronous=True) is None
+        assert _range_committed(store_url, unique_group) == 20, "asynchronous: in memory until the flush"
+        consumer.commit(message=by_offset[60], asynchronous=False)
+        assert _range_committed(store_url, unique_group) == 61, "synchronous: everything pending is durable"
+        for offset in range(61, 120):
+            consumer.commit(message=by_offset[offset], asynchronous=True)
+    finally:
+        consumer.close()
+    assert _range_committed(store_url, unique_group) == 120, "close() (a revoke) writes what was pending"
