@@ -74,8 +74,8 @@ PURE_ALLOWANCES: dict[tuple[str, str], tuple[frozenset[str], str]] = {
     ),
 }
 
-#: Every import inside a function body: (importing module, imported module). The Spark modules
-#: import pyspark and their siblings late so `import fastrecover.spark` works without a JVM.
+#: Every import inside a function body: (importing module, imported module). Most of the Spark
+#: ones keep the store (SQLAlchemy) and the Kafka client out of Spark's per-query unpickling.
 LAZY_IMPORTS = frozenset(
     {
         ("fastrecover.cli", "fastrecover.rollback"),
