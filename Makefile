@@ -1,14 +1,14 @@
 # fastrecover developer entry points (GNU make + bash).
 #
-#   make venv     .venv with the package (editable) and the dev, postgres, spark extras
+#   make venv     .venv with the library and the tools (tools/, fastrecover-tools), both editable, and the dev, postgres, spark extras
 #   make test     real PostgreSQL (scripts/ensure-postgres.sh) + real Kafka, then pytest $(PYTEST_ARGS)
 #   make demo     fastrecover demo $(DEMO_ARGS)
 #   make bench    fastrecover bench $(BENCH_ARGS)
 #   make broker   a Kafka broker for manual work (Ctrl-C stops it)
-#   make lint     ruff + mypy --strict
+#   make lint     ruff check, ruff format --check, mypy (strict on fastrecover and the tools; tests checked too)
 #   make clean    caches and build output; `make distclean` also removes .venv
 #
-# The install step reruns only when pyproject.toml is newer than .venv/.installed;
+# The install step reruns only when pyproject.toml or tools/pyproject.toml is newer than .venv/.installed;
 # pip's default cache keeps reinstalls fast.
 
 SHELL := bash
@@ -38,8 +38,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --upgrade pip
 
 # Order-only: the venv must exist, but a newer interpreter alone does not trigger a reinstall.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[$(EXTRAS)]'
+$(STAMP): pyproject.toml tools/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[$(EXTRAS)]' -e ./tools
 	touch $@
 
 # The assignment (not a bare `eval "$(...)"`) makes a failing ensure-postgres.sh fail the target.
@@ -55,10 +55,11 @@ bench: venv
 	$(BIN)/fastrecover bench $(BENCH_ARGS)
 
 broker: venv
-	$(BIN)/python -m fastrecover.testing.broker $(BROKER_ARGS)
+	$(BIN)/python -m fastrecover_tools.testing.broker $(BROKER_ARGS)
 
 lint: venv
-	$(BIN)/ruff check fastrecover tests
+	$(BIN)/ruff check fastrecover tools tests
+	$(BIN)/ruff format --check fastrecover tools tests
 	$(BIN)/mypy
 
 clean:

@@ -10,10 +10,13 @@ one line on stderr with exit code 2 instead of a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from fastrecover import __version__
@@ -183,13 +186,54 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- tools (demo, chaos, bench) ---------------------------------------------------
+#
+# These commands live in the separate fastrecover-tools distribution (tools/ in the
+# repository), so the runtime library ships none of their code. Without it the
+# commands still parse, and running one says in one line what to install.
+
+TOOLS_MISSING = (
+    "`fastrecover {command}` needs the fastrecover-tools package: pip install fastrecover-tools "
+    "(from a checkout of the repository: pip install -e tools)"
+)
+
+
+def _tools_module(name: str) -> ModuleType | None:
+    """``fastrecover_tools.<name>``, or None when fastrecover-tools is not installed."""
+    try:
+        return importlib.import_module(f"fastrecover_tools.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (exc.name == "fastrecover_tools" or exc.name.startswith("fastrecover_tools.")):
+            return None
+        raise
+
+
+def _add_missing_tools_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], command: str, help_text: str
+) -> None:
+    # no option prefix: every argument, even --help, lands in `rest`, so the error below is what the user sees
+    parser = subparsers.add_parser(
+        command, help=f"{help_text} (needs fastrecover-tools)", add_help=False, prefix_chars="\0"
+    )
+    parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+    parser.set_defaults(func=lambda args: _tools_missing(command))
+
+
+def _tools_missing(command: str) -> int:
+    raise ConfigError(TOOLS_MISSING.format(command=command))
+
+
 # -- demo ----------------------------------------------------------------------
 
 
+_DEMO_HELP = "the KIP's crash/restart story: plain consumer vs parallel rebalance, time to fresh data"
+
+
 def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    demo = subparsers.add_parser(
-        "demo", help="the KIP's crash/restart story: plain consumer vs parallel rebalance, time to fresh data"
-    )
+    if importlib.util.find_spec("fastrecover_tools") is None:
+        _add_missing_tools_parser(subparsers, "demo", _DEMO_HELP)
+        return
+    demo = subparsers.add_parser("demo", help=_DEMO_HELP)
     demo.add_argument(
         "--bootstrap-servers",
         help="use this Kafka (default: $FASTRECOVER_BOOTSTRAP, a "
@@ -228,7 +272,9 @@ def _require_broker(bootstrap: str | None, timeout_s: float) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from fastrecover import demo
+    demo = _tools_module("demo")
+    if demo is None:
+        return _tools_missing("demo")
 
     _require_broker(args.bootstrap_servers or os.environ.get("FASTRECOVER_BOOTSTRAP"), args.broker_timeout)
     demo.main(args.bootstrap_servers, args.store_url, args.rate, args.down_seconds, args.work_us, args.partitions)
@@ -238,12 +284,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # -- chaos ---------------------------------------------------------------------
 
 
-def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from fastrecover.chaos import command
+_CHAOS_HELP = "fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost"
 
-    chaos = subparsers.add_parser(
-        "chaos", help="fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost"
-    )
+
+def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    command = _tools_module("chaos.command")
+    if command is None:
+        _add_missing_tools_parser(subparsers, "chaos", _CHAOS_HELP)
+        return
+    chaos = subparsers.add_parser("chaos", help=_CHAOS_HELP)
     command.add_arguments(chaos)
     chaos.add_argument(
         "--broker-timeout",
@@ -255,14 +304,17 @@ def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
-    from fastrecover.chaos import command
+    command = _tools_module("chaos.command")
+    if command is None:
+        return _tools_missing("chaos")
 
     if args.store_url:
         from fastrecover.store.sql import validate_url
 
         validate_url(args.store_url)  # ConfigError: one line, password masked
     _require_broker(args.bootstrap_servers or os.environ.get("FASTRECOVER_BOOTSTRAP"), args.broker_timeout)
-    return command.run(args)
+    result: int = command.run(args)
+    return result
 
 
 # -- rollback ------------------------------------------------------------------
@@ -382,20 +434,25 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
 # -- bench ---------------------------------------------------------------------
 
 
-def _add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from fastrecover.bench import command
+_BENCH_HELP = "benchmarks against the plain consumer: time to fresh data, drain, steady state, store, memory"
 
-    bench = subparsers.add_parser(
-        "bench", help="benchmarks against the plain consumer: time to fresh data, drain, steady state, store, memory"
-    )
+
+def _add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    command = _tools_module("bench.command")
+    if command is None:
+        _add_missing_tools_parser(subparsers, "bench", _BENCH_HELP)
+        return
+    bench = subparsers.add_parser("bench", help=_BENCH_HELP)
     command.add_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from fastrecover.bench import command
-
-    return command.run(args)
+    command = _tools_module("bench.command")
+    if command is None:
+        return _tools_missing("bench")
+    result: int = command.run(args)
+    return result
 
 
 # -- entry point --------------------------------------------------------------

@@ -42,3 +42,37 @@ class CodecError(FastRecoverError, ValueError):
 
 class StateError(FastRecoverError):
     """An operation is not valid in the consumer's current state (e.g. commit of an unassigned partition)."""
+
+
+class TokenNotFoundError(StoreError, LookupError):
+    """No range token has the requested id (it was never created or was deleted by hand)."""
+
+
+class StoreCorruptError(StoreUnavailableError):
+    """The store's file is not a usable database (corrupt, truncated, or not SQLite at all).
+
+    A subclass of StoreUnavailableError on purpose: a consumer treats a corrupt
+    store like an unreachable one (it degrades to a plain consumer and logs),
+    since neither can tell it anything about its ranges; the CLI prints it as a
+    one-line error.
+    """
+
+
+class InvalidValueError(StoreError, ValueError):
+    """A value handed to the store is out of what it can hold (e.g. an offset above BIGINT)."""
+
+
+class SchemaLockTimeoutError(StoreUnavailableError):
+    """Another upgrade held the schema lock for longer than we may wait."""
+
+
+class BrokerUnavailableError(FastRecoverError):
+    """The Kafka cluster did not answer within the command's timeout."""
+
+
+class DataLossError(FastRecoverError):
+    """Records a batch must deliver are gone from Kafka (retention, topic re-created)."""
+
+
+class OffsetFormatError(FastRecoverError, ValueError):
+    """A serialized source offset is not one this version wrote (or was edited by hand)."""

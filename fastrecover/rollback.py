@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from fastrecover.errors import BrokerUnavailableError as BrokerUnavailableError  # re-exported: it was defined here
 from fastrecover.errors import FastRecoverError, StateError
 from fastrecover.tokens import Token
 
@@ -35,10 +36,6 @@ log = logging.getLogger("fastrecover.rollback")
 
 #: Seconds each admin request to the broker may take before the command gives up.
 DEFAULT_TIMEOUT_S = 15.0
-
-
-class BrokerUnavailableError(FastRecoverError):
-    """The Kafka cluster did not answer within the command's timeout."""
 
 
 @dataclass(frozen=True)

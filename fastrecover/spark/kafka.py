@@ -27,6 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from fastrecover.errors import DataLossError as DataLossError  # re-exported: it was defined here
 from fastrecover.errors import FastRecoverError
 from fastrecover.spark.offsets import LogBounds, Piece
 from fastrecover.tokens import TopicPartitionKey
@@ -46,10 +47,6 @@ RANGE_READ_DEFAULTS: Mapping[str, Any] = {
     "group.id": "fastrecover-spark-reader",
 }
 _CONSUME_BATCH = 5000
-
-
-class DataLossError(FastRecoverError):
-    """Records a batch must deliver are gone from Kafka (retention, topic re-created)."""
 
 
 def _isolation(conf: Mapping[str, str]) -> Any:

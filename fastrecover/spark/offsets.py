@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fastrecover.errors import OffsetFormatError as OffsetFormatError  # re-exported: it was defined here
 from fastrecover.ranges import OffsetRange, subtract
 from fastrecover.tokens import TopicPartitionKey
 
@@ -56,10 +57,6 @@ __all__ = [
 ]
 
 OFFSET_VERSION = 1
-
-
-class OffsetFormatError(ValueError):
-    """A serialized source offset is not one this version wrote (or was edited by hand)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ from sqlalchemy.exc import IntegrityError
 from fastrecover.ranges import RangeProgress
 from fastrecover.spark.offsets import SourceOffset
 from fastrecover.store import ProgressUpdate, RangeStore
-from fastrecover.store.sql import _BEGIN_OPTION, translate_errors
+from fastrecover.store.engine import BEGIN_OPTION, translate_errors
 from fastrecover.tokens import Token, TopicPartitionKey
 
 log = logging.getLogger("fastrecover.spark")
@@ -165,7 +165,7 @@ class SparkState:
         self.store = store
         engine = store.engine
         self._engine = engine
-        self._writer = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+        self._writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
         with translate_errors(store.url, "creating the Spark tables"):
             _metadata.create_all(self._writer, checkfirst=True)
 

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
-from fastrecover.errors import SchemaBehindError, StoreError, StoreUnavailableError
+from fastrecover.errors import SchemaBehindError, StoreError
+from fastrecover.errors import SchemaLockTimeoutError as SchemaLockTimeoutError  # re-exported: it was defined here
+from fastrecover.store.engine import BEGIN_OPTION, build_engine, mask_url, translate_errors
 from fastrecover.store.models import TABLE_NAME, VERSION_TABLE
-from fastrecover.store.sql import _BEGIN_OPTION, build_engine, mask_url, translate_errors
 
 if TYPE_CHECKING:  # Alembic is imported only when a schema is created or migrated (import cost)
     from alembic.config import Config
@@ -36,10 +37,6 @@ HEAD_REVISION = "0001"
 _UPGRADE_LOCK_KEY = 0x66617374726563
 #: How long an upgrade (or a first consumer creating the schema) waits for another one's lock.
 UPGRADE_LOCK_WAIT_S = 30.0
-
-
-class SchemaLockTimeoutError(StoreUnavailableError):
-    """Another upgrade held the schema lock for longer than we may wait."""
 
 
 def migrations_dir() -> Path:
@@ -177,7 +174,7 @@ def _upgrade_engine(
     from alembic.util import CommandError
 
     masked = mask_url(url)
-    writer = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+    writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
     with translate_errors(masked, "upgrading the schema"), writer.begin() as conn:
         if conn.dialect.name == "postgresql":
             _advisory_lock(conn, masked, lock_wait_s)

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from fastrecover.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult
-from fastrecover.chaos.report import format_result
+from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult
+from fastrecover_tools.chaos.report import format_result
 
-log = logging.getLogger("fastrecover.chaos")
+log = logging.getLogger("fastrecover_tools.chaos")
 
 #: Group protocols the most telling fault tests run with (issue 10: KIP-848 groups on the real broker).
 GROUP_PROTOCOLS = ("classic", "consumer")

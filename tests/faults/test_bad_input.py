@@ -21,8 +21,8 @@ from fastrecover import Consumer
 from fastrecover.errors import ConfigError, SchemaBehindError
 from fastrecover.store import build_engine, open_store
 from fastrecover.store.models import VERSION_TABLE
-from fastrecover.testing.broker import produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import crash_after_commit, parallel_config, poll_until
 
 pytestmark = pytest.mark.faults

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fastrecover.testing.broker import LocalJarBroker
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import LocalJarBroker
+from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults

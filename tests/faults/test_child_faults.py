@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fastrecover.store import open_store
-from fastrecover.testing.waiting import wait_for
 from fastrecover.tokens import Token
+from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
@@ -61,7 +61,7 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(chaos_driver: D
     assert first.end == "killed"
 
     # every range resumes at its committed offset (the first offset not already finished), not at its start
-    from fastrecover.chaos.checker import read_ledgers
+    from fastrecover_tools.chaos.checker import read_ledgers
 
     entries, _ = read_ledgers([driver.workdir / "ledger" / "m1-3.ledger"])
     for t in snapshot:

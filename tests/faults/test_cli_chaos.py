@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fastrecover.testing.broker import delete_topic
+from fastrecover_tools.testing.broker import delete_topic
 
 pytestmark = pytest.mark.faults
 
@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_chaos_command_prints_the_table_and_writes_the_verdict(bootstrap: str, tmp_path: Path) -> None:
     out = tmp_path / "verdict.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")])
+    )
     proc = subprocess.run(
         [
             sys.executable,

@@ -11,7 +11,7 @@ from confluent_kafka import Message
 from fastrecover import Consumer
 from fastrecover.ranges import RangeProgress
 from fastrecover.store import ProgressUpdate, open_store
-from fastrecover.testing.broker import produce
+from fastrecover_tools.testing.broker import produce
 from tests.integration.helpers import crash_after_commit, parallel_config, poll_until
 
 pytestmark = pytest.mark.faults

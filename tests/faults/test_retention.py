@@ -6,9 +6,9 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fastrecover.chaos.report import format_result
 from fastrecover.store import open_store
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.chaos.report import format_result
+from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults

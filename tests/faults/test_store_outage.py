@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine, make_url
 
-from fastrecover.chaos.driver import ChaosDriver, WorkerProc
 from fastrecover.store import open_store
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.chaos.driver import ChaosDriver, WorkerProc
+from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults

@@ -25,7 +25,7 @@ import confluent_kafka
 from confluent_kafka import Message, TopicPartition
 
 import fastrecover
-from fastrecover.testing.broker import produce
+from fastrecover_tools.testing.broker import produce
 
 FLAVOURS = ("plain", "off", "on")
 OURS = ("off", "on")

@@ -9,8 +9,8 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
-from fastrecover.testing.broker import group_is_empty, produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import group_is_empty, produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.procs import WorkerProcess
 
 SESSION_MS = 3000

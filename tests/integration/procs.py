@@ -12,16 +12,18 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fastrecover.testing.waiting import Deadline
+from fastrecover_tools.testing.waiting import Deadline
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
-    """A ``fastrecover.testing.worker`` subprocess and the events it printed."""
+    """A ``fastrecover_tools.testing.worker`` subprocess and the events it printed."""
 
-    def __init__(self, args: list[str], log_path: Path, *, module: str = "fastrecover.testing.worker") -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    def __init__(self, args: list[str], log_path: Path, *, module: str = "fastrecover_tools.testing.worker") -> None:
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")])
+        )
         self._stderr = open(log_path, "ab")  # noqa: SIM115 - closed in kill()/wait()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args],

@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fastrecover.testing import broker as broker_module
-from fastrecover.testing.broker import Broker, Record, group_is_empty, produce
-from fastrecover.testing.waiting import Deadline, wait_for
+from fastrecover_tools.testing import broker as broker_module
+from fastrecover_tools.testing.broker import Broker, Record, group_is_empty, produce
+from fastrecover_tools.testing.waiting import Deadline, wait_for
 from tests.fixtures.broker import TopicFactory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,10 @@ def test_stop_and_start_while_a_client_runs(
         fresh.close()
 
 
-def test_embedded_pom_matches_tools_pom() -> None:
-    """An installed package resolves jars from the embedded copy; it must not drift from the repo's pom."""
-    repo_pom = (REPO_ROOT / "tools" / "kafka" / "pom.xml").read_text(encoding="utf-8")
-    assert repo_pom == broker_module._EMBEDDED_POM
+def test_maven_reads_the_one_packaged_pom(tmp_path: Path) -> None:
+    """Jars are resolved from the POM shipped inside fastrecover_tools.testing; there is no second copy to drift."""
+    packaged = Path(broker_module.__file__).with_name("kafka-pom.xml")
+    pom = broker_module._pom_path(tmp_path)
+    assert pom.read_text(encoding="utf-8") == packaged.read_text(encoding="utf-8")
+    assert "<artifactId>kafka_2.13</artifactId>" in pom.read_text(encoding="utf-8")
+    assert not (REPO_ROOT / "tools" / "kafka" / "pom.xml").exists()

@@ -109,7 +109,7 @@ def test_no_command_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_dash_m_entry_point(store_url: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
     up = subprocess.run(
         [sys.executable, "-m", "fastrecover", "db", "upgrade", "--store-url", store_url],
         capture_output=True, text=True, env=env, timeout=120, check=False,

@@ -26,8 +26,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Messag
 
 import fastrecover
 from fastrecover.errors import ConfigError
-from fastrecover.testing.broker import produce
-from fastrecover.testing.waiting import Deadline, wait_for
+from fastrecover_tools.testing.broker import produce
+from fastrecover_tools.testing.waiting import Deadline, wait_for
 from tests.integration.dropin import (
     Outcome,
     base_config,

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 import fastrecover
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.dropin import (
     OURS,
     Outcome,

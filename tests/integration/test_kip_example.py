@@ -21,8 +21,8 @@ from confluent_kafka import Message, TopicPartition
 from fastrecover import Consumer
 from fastrecover.ranges import OffsetRange
 from fastrecover.store import open_store
-from fastrecover.testing.broker import group_is_empty, produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import group_is_empty, produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.procs import WorkerProcess
 
 SESSION_MS = 3000

@@ -13,7 +13,7 @@ from confluent_kafka import Message
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
-from fastrecover.testing.broker import produce
+from fastrecover_tools.testing.broker import produce
 from tests.integration.helpers import consume_until, group_offsets, lag_after_crash, parallel_config
 
 

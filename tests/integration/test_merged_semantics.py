@@ -12,8 +12,8 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
-from fastrecover.testing.broker import produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import (
     consume_until,
     group_offsets,

@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient
 from fastrecover import Consumer, hooks
 from fastrecover.ranges import OffsetRange
 from fastrecover.store import open_store
-from fastrecover.testing.broker import group_is_empty, produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import group_is_empty, produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import (
     SESSION_MS,
     consume_until,
@@ -190,6 +190,7 @@ def test_revocation_hands_ranges_to_the_next_owner(
             wait_for(both_assigned, 60, 0.001, "the group to split the partitions")
             b_key = b.recoveries[-1].key
             tokens = {t.partition: t for t in store.open_ranges(unique_group)}
+            assert b._fr is not None
             assert tokens[b_key.partition].owner == b._fr.owner, "B claimed the range of the partition it got"
             assert tokens[b_key.partition].epoch >= 2
 
@@ -207,8 +208,9 @@ def test_revocation_hands_ranges_to_the_next_owner(
             from fastrecover.store import ProgressUpdate
 
             token = store.get(tokens[b_key.partition].id)
+            assert a._fr is not None
             with pytest.raises(FencedError):
-                store.commit_one(ProgressUpdate(token.id, a._owner, 1, token.progress))
+                store.commit_one(ProgressUpdate(token.id, a._fr.owner, 1, token.progress))
             delivered = {(m.partition(), m.offset()) for m in got_a + got_b}
             for p in (0, 1):
                 assert {o for (pp, o) in delivered if pp == p} >= set(range(10, 2000))

@@ -11,8 +11,8 @@ from confluent_kafka import TopicPartition
 
 from fastrecover.cli import main
 from fastrecover.store import open_store
-from fastrecover.testing.broker import group_is_empty, produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import group_is_empty, produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import SESSION_MS, group_offsets, lag_after_crash
 from tests.integration.procs import WorkerProcess
 

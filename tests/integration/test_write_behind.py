@@ -15,8 +15,8 @@ from confluent_kafka import Message
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
-from fastrecover.testing.broker import group_is_empty
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import group_is_empty
+from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import (
     SESSION_MS,
     consume_until,

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*argv: str, timeout: float = 60) -> tuple[int, str, str, float]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools")]))
     env.pop("FASTRECOVER_BOOTSTRAP", None)  # the commands must use the broker given on the command line
     began = time.monotonic()
     proc = subprocess.run(

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastrecover import Consumer
-from fastrecover.testing.broker import produce
+from fastrecover_tools.testing.broker import produce
 from tests.integration.helpers import parallel_config
 from tests.security.payloads import mirror, payloads
 
@@ -69,7 +69,7 @@ class _RssPeak:
 @pytest.fixture(scope="module")
 def filled_topic(kafka_broker: Any) -> Iterator[str]:
     """One partition with LOG_END records, shared by the payload tests (each uses its own group)."""
-    from fastrecover.testing.broker import create_topic, delete_topic
+    from fastrecover_tools.testing.broker import create_topic, delete_topic
 
     name = f"t-hostile-metadata-{int(time.time() * 1000)}"
     create_topic(kafka_broker.bootstrap, name, 1)

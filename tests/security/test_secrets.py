@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from fastrecover import Consumer
-from fastrecover.chaos.driver import ChaosConfig, ChaosDriver
 from fastrecover.cli import main
 from fastrecover.config import Settings, split_config
 from fastrecover.errors import FastRecoverError
 from fastrecover.store import build_engine, mask_url, open_store
 from fastrecover.store.sql import has_secret, url_for_child
+from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver
 from tests.integration.helpers import parallel_config
 
 SECRET = "Zx9s3cr3tQ"
@@ -147,7 +147,7 @@ def test_chaos_workers_get_the_secret_through_the_environment(tmp_path: Path) ->
 def test_demo_prints_a_masked_url(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from contextlib import contextmanager
 
-    from fastrecover import demo
+    from fastrecover_tools import demo
 
     calls: list[dict[str, Any]] = []
 
@@ -182,7 +182,7 @@ def test_consumer_logs_never_show_the_password(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     """A working store URL with a password (PostgreSQL here trusts the role, so it is accepted) and a dead one."""
-    from fastrecover.testing.broker import produce
+    from fastrecover_tools.testing.broker import produce
 
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(300)], partition=0)
@@ -193,7 +193,8 @@ def test_consumer_logs_never_show_the_password(
     for url in (working, dead):
         consumer = Consumer(parallel_config(bootstrap, unique_group, url))
         try:
-            assert not _leaks(repr(consumer._settings))
+            assert consumer._fr is not None
+            assert not _leaks(repr(consumer._fr.settings))
             consumer.subscribe([topic])
             got = 0
             for _ in range(40):

@@ -20,7 +20,7 @@ from fastrecover.ranges import RangeProgress
 from fastrecover.store import open_store, upgrade
 from fastrecover.store.schema import _UPGRADE_LOCK_KEY, SchemaLockTimeoutError
 from fastrecover.store.sql import BIGINT_MAX, InvalidValueError, ProgressUpdate, StoreCorruptError
-from fastrecover.testing.broker import produce
+from fastrecover_tools.testing.broker import produce
 from tests.integration.helpers import parallel_config
 
 

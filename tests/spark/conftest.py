@@ -19,6 +19,7 @@ from fastrecover.spark.jvm import connector_package
 from tests.spark.helpers import Sink
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
+TOOLS_ROOT = str(Path(__file__).resolve().parents[2] / "tools")
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +30,9 @@ def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     path = os.environ.get("PYTHONPATH", "")
-    if REPO_ROOT not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, path) if p)
+    missing = [p for p in (REPO_ROOT, TOOLS_ROOT) if p not in path.split(os.pathsep)]
+    if missing:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*missing, path) if p)
     session = (
         SparkSession.builder.master("local[2,3]")
         .appName("fastrecover-tests")

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from fastrecover.spark.offsets import SourceOffset, batch_pieces
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.waiting import wait_for
 
 
 def stream(spark: SparkSession, bootstrap: str, topic: str, store_url: str, query: str, **options: Any) -> DataFrame:

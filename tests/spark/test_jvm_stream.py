@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 
 from fastrecover.spark import start_stream
 from fastrecover.spark.offsets import SourceOffset, batch_pieces
-from fastrecover.testing.broker import Record, produce
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import Record, produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.spark.helpers import Sink, start, stream, wait_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

@@ -11,8 +11,8 @@ from confluent_kafka.admin import AdminClient
 from fastrecover.spark.kafka import DataLossError, LogView, read_pieces
 from fastrecover.spark.offsets import LogBounds, Piece
 from fastrecover.spark.source import arrow_schema
-from fastrecover.testing.broker import produce
 from fastrecover.tokens import TopicPartitionKey
+from fastrecover_tools.testing.broker import produce
 
 pytestmark = [pytest.mark.integration]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -207,7 +208,7 @@ step = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(step, max_size=40), st.integers(1, 6), st.sampled_from(["latest", "earliest"]))
-def test_batches_partition_the_log_exactly(steps: list[tuple], tasks: int, starting: str) -> None:
+def test_batches_partition_the_log_exactly(steps: list[tuple[Any, ...]], tasks: int, starting: str) -> None:
     """Whatever the sequence of growth, restarts and batches: each offset is delivered by
     exactly one batch, batches only add, and pieces/tasks reproduce the set difference."""
     ends = {A0: 50}

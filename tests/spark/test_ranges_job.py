@@ -13,9 +13,9 @@ from fastrecover import Consumer
 from fastrecover.errors import FencedError
 from fastrecover.spark import abandon_ranges, complete_ranges
 from fastrecover.store import open_store
-from fastrecover.testing.broker import produce
-from fastrecover.testing.waiting import wait_for
 from fastrecover.tokens import TokenState
+from fastrecover_tools.testing.broker import produce
+from fastrecover_tools.testing.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

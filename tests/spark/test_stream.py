@@ -12,9 +12,9 @@ from pyspark.sql.types import LongType
 
 from fastrecover.spark.offsets import SourceOffset
 from fastrecover.store import open_store
-from fastrecover.testing.broker import Record, produce
-from fastrecover.testing.waiting import wait_for
 from fastrecover.tokens import TokenState
+from fastrecover_tools.testing.broker import Record, produce
+from fastrecover_tools.testing.waiting import wait_for
 from tests.spark.helpers import (
     Sink,
     checkpoint_offset,

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from fastrecover.bench import command
-from fastrecover.bench.patterns import PATTERNS, STEADY_CELLS, consumer_config, hooks
-from fastrecover.bench.run import FULL, QUICK, BenchOptions, _mode_order, restart_cells, run_timeout
 from fastrecover.errors import ConfigError
+from fastrecover_tools.bench import command
+from fastrecover_tools.bench.patterns import PATTERNS, STEADY_CELLS, consumer_config, hooks
+from fastrecover_tools.bench.run import FULL, QUICK, BenchOptions, _mode_order, restart_cells, run_timeout
 
 
 def _options(*argv: str) -> BenchOptions:
@@ -128,7 +128,7 @@ def test_batch_commit_with_nothing_to_commit_is_no_error() -> None:
 
 
 def test_summarize_pair_pairs_repeats_and_keeps_failures() -> None:
-    from fastrecover.bench.run import summarize_pair
+    from fastrecover_tools.bench.run import summarize_pair
 
     plain: list[dict[str, Any]] = [
         {"records_per_s": 100.0, "drain_s": 10.0, "assignments": 1},

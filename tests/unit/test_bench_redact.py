@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fastrecover.bench.redact import MASK, mask_command, mask_url, scrub, url_secrets
+from fastrecover_tools.bench.redact import MASK, mask_command, mask_url, scrub, url_secrets
 
 PG = "postgresql+psycopg://fastrecover:S3cret@127.0.0.1:5432/postgres"
 
@@ -63,8 +63,8 @@ def test_any_password_is_masked_and_scrubbed(password: str) -> None:
 
 def test_options_and_outputs_never_carry_the_password(tmp_path: Path) -> None:
     """The command recorded in results.json is masked, and a store error echoing the URL is scrubbed."""
-    from fastrecover.bench import command
-    from fastrecover.bench.run import BenchOptions, write_outputs
+    from fastrecover_tools.bench import command
+    from fastrecover_tools.bench.run import BenchOptions, write_outputs
 
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)

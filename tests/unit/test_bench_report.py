@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fastrecover.bench.report import (
+from fastrecover_tools.bench.report import (
     NOISY_MARK,
     TABLE_END,
     TABLE_START,
@@ -261,7 +261,7 @@ def test_replace_between_markers() -> None:
 
 
 def test_percentile_and_stat_handle_single_values() -> None:
-    from fastrecover.bench.scenarios import _percentile
+    from fastrecover_tools.bench.scenarios import _percentile
 
     assert _percentile([5.0], 99) == 5.0
     assert _percentile([1.0, 2.0, 3.0, 4.0], 50) in (2.0, 3.0)

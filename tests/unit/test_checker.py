@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fastrecover.chaos.checker import (
+from fastrecover.ranges import RangeProgress
+from fastrecover.tokens import Token, TokenState
+from fastrecover_tools.chaos.checker import (
     Incarnation,
     LedgerEntry,
     Produced,
@@ -16,8 +18,6 @@ from fastrecover.chaos.checker import (
     parse_produced_line,
     read_ledgers,
 )
-from fastrecover.ranges import RangeProgress
-from fastrecover.tokens import Token, TokenState
 
 
 def produced(n: int, topic: str = "t", partition: int = 0, t0: int = 1000) -> list[Produced]:

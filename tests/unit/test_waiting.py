@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastrecover.testing.waiting import Deadline, wait_for
+from fastrecover_tools.testing.waiting import Deadline, wait_for
 
 
 class FakeClock:

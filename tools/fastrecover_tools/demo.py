@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fastrecover.store.sql import mask_url, url_for_child
-from fastrecover.testing.broker import (
+from fastrecover_tools.testing.broker import (
     Broker,
     create_topic,
     delete_topic,
@@ -32,13 +32,13 @@ from fastrecover.testing.broker import (
     group_is_empty,
     select_broker,
 )
-from fastrecover.testing.driver import EventProcess, SteadyProducer
-from fastrecover.testing.mock_cluster import MockCluster
-from fastrecover.testing.waiting import Deadline, wait_for
+from fastrecover_tools.testing.driver import EventProcess, SteadyProducer
+from fastrecover_tools.testing.mock_cluster import MockCluster
+from fastrecover_tools.testing.waiting import Deadline, wait_for
 
-log = logging.getLogger("fastrecover.demo")
+log = logging.getLogger("fastrecover_tools.demo")
 
-_WORKER = "fastrecover.testing.worker"
+_WORKER = "fastrecover_tools.testing.worker"
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,18 @@
 """The fault campaign: a sequenced producer, a kill/restart driver and a checker that proves nothing is lost.
 
-* :mod:`fastrecover.chaos.producer`: writes a known sequence at a steady rate
+* :mod:`fastrecover_tools.chaos.producer`: writes a known sequence at a steady rate
   and logs every acknowledged record;
-* :mod:`fastrecover.chaos.driver`: runs consumer worker processes
-  (:mod:`fastrecover.testing.worker`) in parallel-rebalance mode, SIGKILLs them at
+* :mod:`fastrecover_tools.chaos.driver`: runs consumer worker processes
+  (:mod:`fastrecover_tools.testing.worker`) in parallel-rebalance mode, SIGKILLs them at
   random moments or at chosen stall points, restarts them, and drains at the end;
-* :mod:`fastrecover.chaos.checker`: pure analysis of the producer log, the
+* :mod:`fastrecover_tools.chaos.checker`: pure analysis of the producer log, the
   topic, the consumers' ledger and the range store: records lost (must be 0),
   duplicates, waits, time to fresh data, ranges and fencing;
-* :mod:`fastrecover.chaos.report`: the checker's verdict as a table.
+* :mod:`fastrecover_tools.chaos.report`: the checker's verdict as a table.
 
 ``fastrecover chaos`` runs the whole campaign from the command line.
 """
 
-from fastrecover.chaos.checker import Verdict, analyze
+from fastrecover_tools.chaos.checker import Verdict, analyze
 
 __all__ = ["Verdict", "analyze"]

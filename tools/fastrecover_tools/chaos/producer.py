@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-log = logging.getLogger("fastrecover.chaos")
+log = logging.getLogger("fastrecover_tools.chaos")
 
 _TICK_S = 0.01
 

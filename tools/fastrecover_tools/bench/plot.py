@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fastrecover.bench.report import MODES, Stat, failures, lag_items
+from fastrecover_tools.bench.report import MODES, Stat, failures, lag_items
 
 _COLORS = {"plain": "#c0392b", "fastrecover": "#2471a3"}
 

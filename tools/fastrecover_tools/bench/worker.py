@@ -1,6 +1,6 @@
-"""The consumer process of the restart benchmarks (``python -m fastrecover.bench.worker``).
+"""The consumer process of the restart benchmarks (``python -m fastrecover_tools.bench.worker``).
 
-Unlike :mod:`fastrecover.testing.worker` it keeps no ledger (no file write per
+Unlike :mod:`fastrecover_tools.testing.worker` it keeps no ledger (no file write per
 record): it only counts.  The driver tells it where the lag ends in each
 partition (``--lag-end``); a record below that offset is a lag record, one at
 or above it was produced after the restart (live).  Events, one JSON line each
@@ -35,8 +35,8 @@ from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
 
-from fastrecover.bench import profiling
-from fastrecover.bench.patterns import PATTERNS, busy, consumer_config, hooks
+from fastrecover_tools.bench import profiling
+from fastrecover_tools.bench.patterns import PATTERNS, busy, consumer_config, hooks
 
 #: The store URL comes in the environment, never in argv (``ps`` shows argv; a URL may hold a password).
 STORE_URL_ENV = "FASTRECOVER_BENCH_STORE_URL"
@@ -98,7 +98,7 @@ def _emit_stats(sampler: _Sampler, base_rss: float, lag_seen: int, live_seen: in
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fastrecover.bench.worker")
+    p = argparse.ArgumentParser(prog="python -m fastrecover_tools.bench.worker")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--group", required=True)

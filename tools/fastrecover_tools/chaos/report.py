@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from fastrecover.chaos.checker import Stats, Verdict
-from fastrecover.chaos.driver import ChaosResult
+from fastrecover_tools.chaos.checker import Stats, Verdict
+from fastrecover_tools.chaos.driver import ChaosResult
 
 
 def _ms(value: float | None) -> str:

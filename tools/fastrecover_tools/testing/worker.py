@@ -56,7 +56,7 @@ def _emit(event: str, **fields: Any) -> None:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fastrecover.testing.worker")
+    p = argparse.ArgumentParser(prog="python -m fastrecover_tools.testing.worker")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True, action="append", help="repeat for several topics")
     p.add_argument("--group", required=True)

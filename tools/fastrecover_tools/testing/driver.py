@@ -4,7 +4,7 @@
 * :class:`EventProcess` runs a ``python -m <module>`` child whose stdout is JSON
   lines (one event each) and lets the driver wait on those events;
 * :func:`broker_session` yields a bootstrap address: the one given, or a broker
-  chosen by :func:`fastrecover.testing.broker.select_broker`.
+  chosen by :func:`fastrecover_tools.testing.broker.select_broker`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from confluent_kafka import Producer
 
-from fastrecover.testing.broker import Broker, select_broker
+from fastrecover_tools.testing.broker import Broker, select_broker
 
 
 class SteadyProducer:

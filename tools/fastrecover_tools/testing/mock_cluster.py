@@ -13,7 +13,7 @@ import logging
 
 from confluent_kafka import Producer
 
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.waiting import wait_for
 
 _MARKER = "replaced with "
 
@@ -30,7 +30,7 @@ class MockCluster:
                 if _MARKER in text:
                     found.append(text.split(_MARKER, 1)[1].split()[0].rstrip(","))
 
-        logger = logging.getLogger("fastrecover.testing.mock_cluster.librdkafka")
+        logger = logging.getLogger("fastrecover_tools.testing.mock_cluster.librdkafka")
         logger.propagate = False
         logger.setLevel(logging.DEBUG)
         logger.addHandler(_Grab())

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from fastrecover.bench import scenarios
-from fastrecover.bench.patterns import BATCH, PATTERNS, STEADY_CELLS
-from fastrecover.bench.profiling import PROFILE_ENV
-from fastrecover.bench.redact import scrub
-from fastrecover.bench.report import (
+from fastrecover_tools.bench import scenarios
+from fastrecover_tools.bench.patterns import BATCH, PATTERNS, STEADY_CELLS
+from fastrecover_tools.bench.profiling import PROFILE_ENV
+from fastrecover_tools.bench.redact import scrub
+from fastrecover_tools.bench.report import (
     MODES,
     Stat,
     evaluate_goals,
@@ -38,10 +38,10 @@ from fastrecover.bench.report import (
     paired_ratios,
     replace_between_markers,
 )
-from fastrecover.testing.broker import Broker, create_topic, delete_topic
-from fastrecover.testing.driver import broker_session
+from fastrecover_tools.testing.broker import Broker, create_topic, delete_topic
+from fastrecover_tools.testing.driver import broker_session
 
-log = logging.getLogger("fastrecover.bench")
+log = logging.getLogger("fastrecover_tools.bench")
 
 SCENARIOS = ("restart", "work", "steady", "store")
 SCHEMA = 2
@@ -485,7 +485,7 @@ def _store_backend(url: str, opts: BenchOptions, name: str) -> dict[str, Any]:
 
 
 def run_spark(bootstrap: str, opts: BenchOptions) -> dict[str, Any]:
-    from fastrecover.spark.bench import format_table, run_spark_bench
+    from fastrecover_tools.spark_bench import format_table, run_spark_bench
 
     result = run_spark_bench(bootstrap, opts.sizes.lags, opts.repeats)
     return {"measured_at": _now(), "result": result, "table": format_table(result)}
@@ -548,7 +548,7 @@ def _doc_block(result: Mapping[str, Any], doc: Path, out: Path) -> str:
 
 def write_outputs(result: dict[str, Any], opts: BenchOptions) -> dict[str, Path]:
     """results.json, table.md, bench.png and the doc block; every text scrubbed of the known secrets."""
-    from fastrecover.bench.plot import plot
+    from fastrecover_tools.bench.plot import plot
 
     opts.out.mkdir(parents=True, exist_ok=True)
     paths = {"json": opts.out / "results.json", "table": opts.out / "table.md"}

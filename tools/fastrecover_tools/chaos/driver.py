@@ -1,9 +1,9 @@
 """The chaos driver: consumer processes in parallel-rebalance mode, killed and restarted at random.
 
-Each *member* of the group is a :mod:`fastrecover.testing.worker` process; each
+Each *member* of the group is a :mod:`fastrecover_tools.testing.worker` process; each
 time a member is (re)started it is a new *incarnation* (``m2#7``) with its own
 ledger file, event log and stderr log in the work directory.  While the
-:class:`~fastrecover.chaos.producer.SequencedProducer` writes at a steady rate,
+:class:`~fastrecover_tools.chaos.producer.SequencedProducer` writes at a steady rate,
 every live incarnation is SIGKILLed once its random uptime is over, or, for the
 share of incarnations started with a stall point (``--stall-at``: mid-batch, in
 the token-writing transaction, mid range-commit, between the store and the
@@ -16,7 +16,7 @@ partitions back without a rebalance, a slow one loses them.
 After ``cycles`` kills the driver *drains*: it stops the producer, restarts every
 member without faults, waits until every acknowledged record is in the ledger,
 stops the members gracefully (their final commit), and repeats until the store
-has no open range.  Then :func:`fastrecover.chaos.checker.analyze` gives the
+has no open range.  Then :func:`fastrecover_tools.chaos.checker.analyze` gives the
 verdict.
 """
 
@@ -42,7 +42,12 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
 import fastrecover
-from fastrecover.chaos.checker import (
+import fastrecover_tools
+from fastrecover.errors import StoreError
+from fastrecover.store import open_store
+from fastrecover.store.sql import mask_url, url_for_child
+from fastrecover.tokens import Token
+from fastrecover_tools.chaos.checker import (
     Incarnation,
     Verdict,
     analyze,
@@ -51,16 +56,12 @@ from fastrecover.chaos.checker import (
     read_ledgers,
     read_produced,
 )
-from fastrecover.chaos.producer import SequencedProducer, read_topic
-from fastrecover.errors import StoreError
-from fastrecover.store import open_store
-from fastrecover.store.sql import mask_url, url_for_child
-from fastrecover.testing.broker import create_topic
-from fastrecover.testing.waiting import Deadline
-from fastrecover.testing.worker import STALL_POINTS
-from fastrecover.tokens import Token
+from fastrecover_tools.chaos.producer import SequencedProducer, read_topic
+from fastrecover_tools.testing.broker import create_topic
+from fastrecover_tools.testing.waiting import Deadline
+from fastrecover_tools.testing.worker import STALL_POINTS
 
-log = logging.getLogger("fastrecover.chaos")
+log = logging.getLogger("fastrecover_tools.chaos")
 
 COMMIT_MODES = ("message", "message-async", "store", "sync", "async", "auto")
 _TICK_S = 0.02
@@ -105,7 +106,7 @@ class ChaosConfig:
     topic_names: Sequence[str] | None = None
     worker_args: Sequence[str] = ()
     #: the member process's module (tests swap in a shim, e.g. for group.protocol=consumer)
-    worker_module: str = "fastrecover.testing.worker"
+    worker_module: str = "fastrecover_tools.testing.worker"
 
     def __post_init__(self) -> None:
         if self.cycles < 0 or self.members < 1 or self.topics < 1 or self.partitions < 1:
@@ -154,7 +155,7 @@ class WorkerProc:
         workdir: Path,
         env: dict[str, str],
         commit_mode: str = "",
-        module: str = "fastrecover.testing.worker",
+        module: str = "fastrecover_tools.testing.worker",
     ) -> None:
         self.name = name
         self.commit_mode = commit_mode
@@ -302,8 +303,9 @@ class ChaosDriver:
         self.producer: SequencedProducer | None = None
         self.produced_log = self.workdir / "produced.log"
         self._env = dict(os.environ)
-        root = str(Path(fastrecover.__file__).resolve().parents[1])
-        self._env["PYTHONPATH"] = root + (os.pathsep + self._env["PYTHONPATH"] if self._env.get("PYTHONPATH") else "")
+        # the workers import the library and these tools from where this process did
+        roots = [str(Path(m.__file__ or "").resolve().parents[1]) for m in (fastrecover, fastrecover_tools)]
+        self._env["PYTHONPATH"] = os.pathsep.join([*roots, *filter(None, [self._env.get("PYTHONPATH")])])
         # secrets of the store URL go to the workers through their environment, never argv (ps shows argv)
         self._argv_store_url, secret_env = url_for_child(config.store_url)
         self._env.update(secret_env)

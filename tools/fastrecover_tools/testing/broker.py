@@ -18,7 +18,7 @@ Where the broker comes from is decided in one place, :func:`select_broker`:
 Brokers we launch can be stopped and started again on the same ports and data
 directory, which the fault tests use to take the broker away while clients run.
 
-Run ``python -m fastrecover.testing.broker`` to get a broker for manual work.
+Run ``python -m fastrecover_tools.testing.broker`` to get a broker for manual work.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 # NewTopic is public API but mypy cannot see the re-export from cimpl.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from fastrecover.testing.waiting import Deadline, wait_for
+from fastrecover_tools.testing.waiting import Deadline, wait_for
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -76,7 +76,7 @@ __all__ = [
     "select_broker",
 ]
 
-_log = logging.getLogger("fastrecover.testing.broker")
+_log = logging.getLogger("fastrecover_tools.testing.broker")
 
 DEFAULT_KAFKA_VERSION = "4.1.1"
 DEFAULT_IMAGE = f"apache/kafka:{DEFAULT_KAFKA_VERSION}"
@@ -124,47 +124,12 @@ PROBE_GROUP = "_fastrecover_probe"
 
 _BrokerT = TypeVar("_BrokerT", bound="Broker")
 
-# Kept identical to tools/kafka/pom.xml (a test checks it) so an installed
-# package, which has no tools/ directory, can still resolve the jars.
-_EMBEDDED_POM = """\
-<?xml version="1.0" encoding="UTF-8"?>
-<!-- Resolves an Apache Kafka broker from Maven Central so tests and the demo run
-     against a real KRaft node without Docker. Used by fastrecover.testing.broker. -->
-<project xmlns="http://maven.apache.org/POM/4.0.0"
-         xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
-         xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 http://maven.apache.org/xsd/maven-4.0.0.xsd">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>io.fastrecover</groupId>
-  <artifactId>kafka-broker-jars</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <properties>
-    <kafka.version>4.1.1</kafka.version>
-    <log4j.version>2.24.3</log4j.version>
-  </properties>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
-      <version>${kafka.version}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>${log4j.version}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-core</artifactId>
-      <version>${log4j.version}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
+# The POM Maven resolves the broker jars from: one file, shipped as package data.
+_POM_FILE = Path(__file__).with_name("kafka-pom.xml")
 
 _LOG4J2_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by fastrecover.testing.broker: everything goes to the file, nothing to the console. -->
+<!-- Written by fastrecover_tools.testing.broker: everything goes to the file, nothing to the console. -->
 <Configuration status="WARN">
   <Appenders>
     <File name="file" fileName="{log_file}" append="true">
@@ -936,13 +901,12 @@ def _version_from_jars(libs: Path) -> str | None:
 
 
 def _pom_path(cache: Path) -> Path:
-    repo_pom = Path(__file__).resolve().parents[2] / "tools" / "kafka" / "pom.xml"
-    if repo_pom.is_file():
-        return repo_pom
+    """A copy of the packaged POM in the cache, so Maven never writes next to an installed package."""
+    text = _POM_FILE.read_text(encoding="utf-8")
     pom = cache / "kafka-pom" / "pom.xml"
     pom.parent.mkdir(parents=True, exist_ok=True)
-    if not pom.exists() or pom.read_text(encoding="utf-8") != _EMBEDDED_POM:
-        pom.write_text(_EMBEDDED_POM, encoding="utf-8")
+    if not pom.exists() or pom.read_text(encoding="utf-8") != text:
+        pom.write_text(text, encoding="utf-8")
     return pom
 
 
@@ -1217,7 +1181,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run a broker until Ctrl-C or SIGTERM, for poking at it by hand."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m fastrecover.testing.broker", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m fastrecover_tools.testing.broker", description=main.__doc__)
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="extra broker setting (repeatable)"
     )

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fastrecover.store.sql import mask_url
-from fastrecover.testing.worker import STALL_POINTS
+from fastrecover_tools.testing.worker import STALL_POINTS
 
-log = logging.getLogger("fastrecover.chaos")
+log = logging.getLogger("fastrecover_tools.chaos")
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -42,7 +42,7 @@ def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fastrecover.chaos.driver import COMMIT_MODES
+    from fastrecover_tools.chaos.driver import COMMIT_MODES
 
     p.add_argument(
         "--bootstrap-servers",
@@ -109,15 +109,15 @@ def _bootstrap(given: str | None) -> Iterator[str]:
     if servers:
         yield servers
         return
-    from fastrecover.testing.broker import select_broker
+    from fastrecover_tools.testing.broker import select_broker
 
     with select_broker() as broker:
         yield broker.bootstrap
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastrecover.chaos.driver import ChaosConfig, ChaosDriver
-    from fastrecover.chaos.report import dumps, format_result
+    from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver
+    from fastrecover_tools.chaos.report import dumps, format_result
 
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="fastrecover-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)

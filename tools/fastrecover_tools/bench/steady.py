@@ -1,11 +1,11 @@
-"""One steady-state run, in its own process (``python -m fastrecover.bench.steady``).
+"""One steady-state run, in its own process (``python -m fastrecover_tools.bench.steady``).
 
 Reads a pre-filled topic with a new group (nothing committed: with the mode on,
 fastrecover opens no range), committing as one pattern of the matrix does, and
 prints one JSON line ``{"event": "result", ...}``.  Then it leaves with
 ``os._exit``: a ``close()`` would wait for every commit still in flight, which
 measures nothing and can take minutes.  The store URL comes in the environment
-(:data:`fastrecover.bench.worker.STORE_URL_ENV`), never in argv.
+(:data:`fastrecover_tools.bench.worker.STORE_URL_ENV`), never in argv.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 from confluent_kafka import Consumer as RawConsumer
 
-from fastrecover.bench import profiling
-from fastrecover.bench.patterns import BATCH, PATTERNS, consumer_config, hooks
-from fastrecover.bench.worker import STORE_URL_ENV
+from fastrecover_tools.bench import profiling
+from fastrecover_tools.bench.patterns import BATCH, PATTERNS, consumer_config, hooks
+from fastrecover_tools.bench.worker import STORE_URL_ENV
 
 _ALIVE: list[Any] = []
 
@@ -112,7 +112,7 @@ def steady_once(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m fastrecover.bench.steady")
+    p = argparse.ArgumentParser(prog="python -m fastrecover_tools.bench.steady")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--mode", choices=["plain", "fastrecover"], required=True)

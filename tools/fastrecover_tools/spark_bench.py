@@ -15,7 +15,7 @@ record.  Spark's Kafka source is ``spark-sql-kafka-0-10`` at the PySpark
 version, resolved from Maven Central through ``spark.jars.packages``.
 
 ``run_spark_bench`` is what ``fastrecover bench --spark`` calls;
-``python -m fastrecover.spark.bench`` runs it stand-alone.
+``python -m fastrecover_tools.spark_bench`` runs it stand-alone.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def run_round(
     earlier restart's producer wrote are part of a later source's backlog: a
     few thousand records, counted as neither lag nor fresh).
     """
-    from fastrecover.testing.broker import create_topic, delete_topic, produce
+    from fastrecover_tools.testing.broker import create_topic, delete_topic, produce
 
     topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, PARTITIONS)
@@ -309,7 +309,7 @@ def run_steady(
     """Steady state, no restart: ``records`` are in one topic; each source in turn reads them with a new
     query from the start, in batches of at most STEADY_PER_TRIGGER offsets, through the count sink.
     The rate counts the batches after the first (the start-up cost is measured separately)."""
-    from fastrecover.testing.broker import create_topic, delete_topic
+    from fastrecover_tools.testing.broker import create_topic, delete_topic
 
     topic = f"bench-steady-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, PARTITIONS)
@@ -590,7 +590,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fastrecover.spark.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fastrecover_tools.spark_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap", default=os.environ.get("FASTRECOVER_BOOTSTRAP"))
     parser.add_argument("--lags", default="100000,1000000", help="comma-separated lags")
     parser.add_argument("--repeats", type=int, default=3)
@@ -603,7 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("py4j", "alembic", "fastrecover.store"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if not args.bootstrap:
-        from fastrecover.testing.broker import select_broker
+        from fastrecover_tools.testing.broker import select_broker
 
         broker = select_broker()
         args.bootstrap = broker.bootstrap

@@ -31,8 +31,8 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fastrecover.bench.patterns import PATTERNS
-    from fastrecover.bench.run import FULL, QUICK, SCENARIOS
+    from fastrecover_tools.bench.patterns import PATTERNS
+    from fastrecover_tools.bench.run import FULL, QUICK, SCENARIOS
 
     parser.add_argument(
         "--bootstrap-servers",
@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spark",
         action="store_true",
-        help="also run the Spark source benchmark (fastrecover.spark.bench; slow, needs pyspark)",
+        help="also run the Spark source benchmark (fastrecover_tools.spark_bench; slow, needs pyspark)",
     )
 
 
@@ -113,9 +113,9 @@ def _csv(text: str) -> list[str]:
 
 
 def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> object:
-    from fastrecover.bench.patterns import PATTERNS
-    from fastrecover.bench.redact import mask_command, url_secrets
-    from fastrecover.bench.run import FULL, QUICK, SCENARIOS, BenchOptions, Sizes
+    from fastrecover_tools.bench.patterns import PATTERNS
+    from fastrecover_tools.bench.redact import mask_command, url_secrets
+    from fastrecover_tools.bench.run import FULL, QUICK, SCENARIOS, BenchOptions, Sizes
 
     only = set(_csv(args.only))
     unknown = only - set(SCENARIOS)
@@ -167,7 +167,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastrecover.bench.run import BenchOptions, run_bench
+    from fastrecover_tools.bench.run import BenchOptions, run_bench
 
     opts = options_from_args(args)
     assert isinstance(opts, BenchOptions)

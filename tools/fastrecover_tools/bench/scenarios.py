@@ -29,11 +29,11 @@ from confluent_kafka import Producer, TopicPartition
 
 from fastrecover.ranges import RangeProgress
 from fastrecover.store import ProgressUpdate, open_store
-from fastrecover.testing.broker import create_topic, delete_topic
-from fastrecover.testing.driver import EventProcess, SteadyProducer
-from fastrecover.testing.waiting import wait_for
+from fastrecover_tools.testing.broker import create_topic, delete_topic
+from fastrecover_tools.testing.driver import EventProcess, SteadyProducer
+from fastrecover_tools.testing.waiting import wait_for
 
-log = logging.getLogger("fastrecover.bench")
+log = logging.getLogger("fastrecover_tools.bench")
 
 PARTITIONS = 6
 VALUE_SIZE = 100
@@ -137,7 +137,7 @@ class RestartSpec:
 @contextmanager
 def _store_url_in_environment(url: str | None) -> Iterator[None]:
     """Hand the store URL to the worker through its environment: argv is visible to every user in ``ps``."""
-    from fastrecover.bench.worker import STORE_URL_ENV
+    from fastrecover_tools.bench.worker import STORE_URL_ENV
 
     before = os.environ.get(STORE_URL_ENV)
     if url is None:
@@ -184,7 +184,7 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
         restart = time.time()
         setup_s = time.monotonic() - setup
         with _store_url_in_environment(spec.store_url if spec.mode == "fastrecover" else None):
-            worker = EventProcess("fastrecover.bench.worker", args, log_file, stdin=True)
+            worker = EventProcess("fastrecover_tools.bench.worker", args, log_file, stdin=True)
         live = SteadyProducer(spec.bootstrap, topic, spec.live_rate, value_size=VALUE_SIZE, partitions=spec.partitions)
         live.start()
         stopped = False
@@ -255,7 +255,7 @@ def steady_run(
     timeout_s: float,
     log_file: TextIO,
 ) -> dict[str, float]:
-    """One steady-state run in its own process (``python -m fastrecover.bench.steady``).
+    """One steady-state run in its own process (``python -m fastrecover_tools.bench.steady``).
 
     A process per run: no run inherits another's librdkafka threads or heap,
     and the process exits without ``close()``, which waits for every commit
@@ -265,7 +265,7 @@ def steady_run(
     args = ["--bootstrap", bootstrap, "--topic", topic, "--mode", mode, "--api", api, "--pattern", pattern]
     args += ["--records", str(records), "--timeout", str(timeout_s)]
     with _store_url_in_environment(store_url if mode == "fastrecover" else None):
-        worker = EventProcess("fastrecover.bench.steady", args, log_file)
+        worker = EventProcess("fastrecover_tools.bench.steady", args, log_file)
     try:
         event = _wait_event(worker, "result", timeout_s + 90, log_file)
     finally:
