@@ -34,6 +34,7 @@ def __getattr__(name: str) -> Any:
         return Consumer
     raise AttributeError(f"module 'fastrecover' has no attribute {name!r}")
 
+
 __all__ = [
     "CodecError",
     "ConfigError",
