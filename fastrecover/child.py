@@ -287,7 +287,7 @@ class ChildReader:
     def _next_range(self, key: TopicPartitionKey) -> None:
         queue = self._work.get(key)
         if queue:
-            self._start(queue[0])
+            self._start(queue[0], check_low=False)
             return
         self._work.pop(key, None)
         self._unassign([key])
@@ -356,9 +356,14 @@ class ChildReader:
         self.failure = exc
         self._segments.clear()
 
-    def _start(self, work: RangeWork, assigned: bool | None = None) -> None:
-        """Point the handle at the range's delivery cursor, after what retention removed."""
-        low = self._low_watermark(work.key)
+    def _start(self, work: RangeWork, assigned: bool | None = None, check_low: bool = True) -> None:
+        """Point the handle at the range's delivery cursor, after what retention removed.
+
+        The log start is asked for when a partition starts reading or reports an offset out of
+        range; the next range of a partition already being read skips that round trip (were its
+        start gone, the fetch would report it out of range and come back here).
+        """
+        low = self._low_watermark(work.key) if check_low else None
         if low is not None and work.next_offset < low:
             self._events.append(SkipEvent(work.token_id, low))
             work.next_offset = low
@@ -373,11 +378,14 @@ class ChildReader:
         if assigned is None:
             assigned = any(t.topic == tp.topic and t.partition == tp.partition for t in self._handle.assignment())
         if assigned:
-            self._handle.seek(tp)
-        else:
-            self._handle.incremental_assign([tp])
-            if work.key in self._paused:
-                self._handle.pause([TopicPartition(tp.topic, tp.partition)])
+            try:
+                self._handle.seek(tp)
+                return
+            except KafkaException:  # not fetching yet: assign it afresh at the cursor
+                self._unassign([work.key])
+        self._handle.incremental_assign([tp])
+        if work.key in self._paused:
+            self._handle.pause([TopicPartition(tp.topic, tp.partition)])
 
     def _seek(self, work: RangeWork) -> None:
         work.fetch_next = work.next_offset
