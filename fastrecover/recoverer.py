@@ -255,8 +255,7 @@ class Recoverer:
                 token = store.claim(token.id, self._owner)
             if token.is_open:
                 held.append(self._book.add(token))
-        for old in plan.backfill:
-            token = store.claim(old.id, self._owner)
+        for token in store.claim_many([old.id for old in plan.backfill], self._owner):
             if token.is_open:
                 held.append(self._book.add(token))
         return held

@@ -78,6 +78,7 @@ PURE_ALLOWANCES: dict[tuple[str, str], tuple[frozenset[str], str]] = {
 #: ones keep the store (SQLAlchemy) and the Kafka client out of Spark's per-query unpickling.
 LAZY_IMPORTS = frozenset(
     {
+        ("fastrecover", "fastrecover.consumer"),  # PEP 562: Consumer is imported on first use
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),
         ("fastrecover.config", "fastrecover.store.sql"),

@@ -121,47 +121,10 @@ class _Faults:
 
     def install(self) -> None:
         """Wrap store and consumer internals so the store-side stall points exist."""
-        from fastrecover.store.sql import RangeStore
 
         point = self.point
-        if point == "token-write":
-            # after the INSERT, before the transaction commits
-            _wrap_after(RangeStore, "_insert_ignore", lambda: self.at("token-write"), static=True)
-        elif point in ("claim", "store-commit"):
-            # after the row locks are taken, before the UPDATE and the commit
-            method = "claim" if point == "claim" else "commit_progress"
-            inside = threading.local()
-            original_method = getattr(RangeStore, method)
-            original_locked = RangeStore._locked_rows
-
-            def marked(store: Any, *args: Any) -> Any:
-                inside.on = True
-                try:
-                    return original_method(store, *args)
-                finally:
-                    inside.on = False
-
-            def locked(conn: Any, ids: Any) -> Any:
-                rows = original_locked(conn, ids)
-                if getattr(inside, "on", False):
-                    self.at(point)
-                return rows
-
-            setattr(RangeStore, method, marked)
-            setattr(RangeStore, "_locked_rows", staticmethod(locked))  # noqa: B010
-        elif point in hooks.POINTS:
+        if point in hooks.POINTS:
             hooks.register(point, lambda: self.at(point))
-
-
-def _wrap_after(cls: Any, name: str, hook: Callable[[], None], *, static: bool = False) -> None:
-    original = getattr(cls, name)
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        hook()
-        return result
-
-    setattr(cls, name, staticmethod(wrapped) if static else wrapped)
 
 
 def _inject_child_failure(after: int) -> None:
