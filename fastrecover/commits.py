@@ -22,7 +22,6 @@ from fastrecover.ranges import (
     RangeProgress,
     merged_committed,
     route_commit,
-    route_record,
     route_records,
     split_commit,
 )
@@ -53,9 +52,8 @@ class CommitPaths(ModeState):
             return self.commit_offsets(triples, asynchronous)
         return self.commit_all(asynchronous)
 
-    def commit_deferred(self, sync: bool = False) -> list[TopicPartition] | None:
-        """Per-message commits of partitions with ranges, routed a batch at a time."""
-        msgs, self.deferred = self.deferred, []
+    def route_messages(self, msgs: list[Message]) -> tuple[dict[int, list[int]], dict[TopicPartitionKey, int]]:
+        """Records of partitions with ranges, split in bulk: offsets per range, next offset per partition."""
         by_range: dict[int, list[int]] = {}
         primary: dict[TopicPartitionKey, int] = {}
         offsets = cast(list[int], list(map(Message.offset, msgs)))
@@ -73,6 +71,21 @@ class CommitPaths(ModeState):
                 by_range.setdefault(token_id, []).extend(done)
             if mine:
                 primary[key] = mine[-1] + 1
+        return by_range, primary
+
+    def store_deferred(self) -> None:
+        """Per-message store_offsets() of partitions with ranges, applied a batch at a time."""
+        msgs, self.deferred_stored = self.deferred_stored, []
+        by_range, primary = self.route_messages(msgs)
+        for token_id, done in by_range.items():
+            self.book.mark_stored(token_id, done)
+        if primary:
+            _K.store_offsets(self.app, offsets=[self.with_mirror(k, o, None) for k, o in primary.items()])
+
+    def commit_deferred(self, sync: bool = False) -> list[TopicPartition] | None:
+        """Per-message commits of partitions with ranges, routed a batch at a time."""
+        msgs, self.deferred = self.deferred, []
+        by_range, primary = self.route_messages(msgs)
         for token_id, done in by_range.items():
             self.book.mark_done(token_id, done)
         if not sync:
@@ -124,6 +137,8 @@ class CommitPaths(ModeState):
         """The offset-less commit(): everything stored so far, in both logs."""
         if self.deferred:
             self.commit_deferred()
+        if self.deferred_stored:
+            self.store_deferred()
         if self.auto_store:
             self.offsets.settle()
             for run in self.child_runs:
@@ -169,12 +184,10 @@ class CommitPaths(ModeState):
     def store_offsets(self, message: Message | None, offsets: list[TopicPartition] | None) -> None:
         if message is not None:
             key = TopicPartitionKey(message.topic() or "", message.partition() or 0)
-            offset: int = message.offset()  # type: ignore[assignment]
-            token_id = route_record(offset, self.book.spans(key)) if key in self.routes else None
-            if token_id is not None:
-                self.book.mark_stored(token_id, (offset,))
+            if key in self.routes:
+                self.deferred_stored.append(message)  # routed in bulk at the next tick or commit
                 return
-            _K.store_offsets(self.app, offsets=[self.with_mirror(key, offset + 1, None)])
+            _K.store_offsets(self.app, offsets=[self.with_mirror(key, cast(int, message.offset()) + 1, None)])
             return
         pairs = [(key_of(tp), tp.offset) for tp in offsets or []]
         primary, routed = split_commit(pairs, {k: self.book.spans(k) for k, _ in pairs})

@@ -113,6 +113,8 @@ class Handover(CommitPaths):
             return
         if self.deferred:
             self.commit_deferred()
+        if self.deferred_stored:
+            self.store_deferred()
         if not lost:
             if self.auto_store:
                 self.offsets.settle()

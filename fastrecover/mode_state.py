@@ -86,6 +86,7 @@ class ModeState:
         self.held_eof: dict[TopicPartitionKey, Message] = {}
         self.ready_eof: list[Message] = []
         self.deferred: list[Message] = []
+        self.deferred_stored: list[Message] = []
         self.user_cbs: tuple[RebalanceCallback | None, ...] = (None, None, None)
         self.in_rebalance = False
         self.assigned_in_cb = False

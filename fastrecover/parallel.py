@@ -67,6 +67,8 @@ class ParallelMode(Handover):
         self.next_tick = now + _TICK_S
         if self.deferred:
             self.commit_deferred()
+        if self.deferred_stored:
+            self.store_deferred()
         self.store_primary()
         for event in self.child.drain_events():
             self.apply_event(event)
@@ -87,7 +89,7 @@ class ParallelMode(Handover):
             self.book.promote_stored()
         self.committer.tick(now)
         self.after_commits()
-        self.steady = not (self.backfilling or self.deferred or self.held_eof)
+        self.steady = not (self.backfilling or self.deferred or self.deferred_stored or self.held_eof)
 
     # ---- the merged streams ----------------------------------------------------------------
 
