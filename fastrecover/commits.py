@@ -39,8 +39,8 @@ class CommitPaths(ModeState):
         self, message: Message | None, offsets: list[TopicPartition] | None, asynchronous: bool
     ) -> list[TopicPartition] | None:
         if message is not None:
-            key = TopicPartitionKey(message.topic() or "", message.partition() or 0)
-            if key not in self.routes:
+            if (message.topic(), message.partition()) not in self.routes:  # a plain tuple equals the key
+                key = TopicPartitionKey(message.topic() or "", message.partition() or 0)
                 return self.commit_primary([(key, message.offset() + 1, None)], asynchronous)  # type: ignore[operator]
             if asynchronous:
                 self.deferred.append(message)  # routed in bulk at the next tick
@@ -57,12 +57,13 @@ class CommitPaths(ModeState):
         by_range: dict[int, list[int]] = {}
         primary: dict[TopicPartitionKey, int] = {}
         offsets = cast(list[int], list(map(Message.offset, msgs)))
-        keys = list(zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True))
-        grouped: dict[TopicPartitionKey, list[int]]
-        if len(set(keys)) == 1:  # C-level grouping for the usual single-partition batch
-            grouped = {TopicPartitionKey(*cast(tuple[str, int], keys[0])): offsets}
+        grouped: dict[TopicPartitionKey, list[int]] = {}
+        topic = self.offsets.single_topic
+        partitions = list(map(Message.partition, msgs))
+        if topic is not None and len(set(partitions)) == 1:  # the usual batch: one partition, C-level checks
+            grouped = {TopicPartitionKey(topic, cast(int, partitions[0])): offsets}
         else:
-            grouped = {}
+            keys = list(zip(map(Message.topic, msgs), partitions, strict=True))
             for k, o in zip(keys, offsets, strict=True):
                 grouped.setdefault(TopicPartitionKey(*cast(tuple[str, int], k)), []).append(o)
         for key, key_offsets in grouped.items():

@@ -116,6 +116,8 @@ class RangeProgress:
         Offsets outside the range or already finished are ignored: a duplicate
         delivery finishing twice is normal under at-least-once.
         """
+        if isinstance(offsets, list) and offsets and max(offsets) < self.committed:
+            return self  # all finished already (e.g. the stored view ran ahead)
         if isinstance(offsets, list) and offsets and not self.completed:
             first, last = offsets[0], offsets[-1]
             if first == self.committed and last - first + 1 == len(offsets) and last < self.end:
