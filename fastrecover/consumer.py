@@ -133,15 +133,15 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
     ) -> list[TopicPartition] | None:
         """Commit to the two commit logs: offsets inside a backfill range go to the store, the rest to Kafka."""
         fr = self._fr
-        if (
-            fr is not None
-            and asynchronous is True
-            and offsets is None
-            and type(message) is Message
-            and (message.topic(), message.partition()) in fr.routes
-        ):
-            fr.deferred.append(message)  # the write-behind path: routed in bulk at the next tick
-            return None
+        if fr is not None and offsets is None and type(message) is Message:
+            key = (message.topic(), message.partition())
+            if key in fr.routes:
+                if asynchronous is True:
+                    fr.deferred.append(message)  # the write-behind path: routed in bulk at the next tick
+                    return None
+            elif not fr.floors and not fr.book.holds(key):  # type: ignore[arg-type]
+                # nothing of ours on this partition (no range, no mirror, no floor): plain's own commit
+                return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         if fr is None or (message is not None and (offsets is not None or type(message) is not Message)):
             return _K.commit(self, **_present(message=message, offsets=offsets), asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         if offsets is not None and not (
