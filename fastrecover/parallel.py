@@ -123,42 +123,12 @@ class ParallelMode(Handover):
                 if msg is not None and self.auto_store and msg.error() is None:
                     offsets.last = msg
                 return msg
-        now = self.begin()
         if not self.backfilling:
+            self.begin()
             return self.note_primary(_K.poll(self.app, -1.0 if timeout is None else timeout))
-        if self.ready_eof:
-            return self.ready_eof.pop(0)
-        deadline = None if timeout is None or timeout < 0 else now + timeout
-        while True:
-            self.turn = not self.turn
-            if self.turn:
-                msgs, runs = self.child.take(1)
-                if msgs:
-                    return self.note_child(msgs, runs)[0]
-            msg = self.note_primary(_K.poll(self.app, 0))
-            if msg is not None:
-                return msg
-            msgs, runs = self.child.take(1)
-            if msgs:
-                return self.note_child(msgs, runs)[0]
-            remaining = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
-            if remaining <= 0:
-                return None
-            if self.child.reading:  # the backlog is where records are coming: wait on the child
-                msgs, runs = self.child.take(1, wait=remaining)
-                if msgs:
-                    return self.note_child(msgs, runs)[0]
-                msg = self.note_primary(_K.poll(self.app, 0))
-            else:
-                msg = self.note_primary(_K.poll(self.app, remaining))
-            if msg is not None:
-                return msg
-            now = time.monotonic()
-            if now >= self.next_tick:
-                self.tick(now)
-            if not self.backfilling:
-                left = -1.0 if deadline is None else max(0.0, deadline - now)
-                return self.note_primary(_K.poll(self.app, left))
+        # during a backfill poll() is consume(1): one merge loop serves both (the turns alternate the streams)
+        msgs = self.consume(1, -1.0 if timeout is None else timeout)
+        return msgs[0] if msgs else None
 
     def consume(self, num: int, timeout: float) -> list[Message]:
         if self.steady:
