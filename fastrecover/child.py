@@ -118,9 +118,6 @@ class ChildReader:
                 queue.append(head)
                 queue.extend(rest)
 
-    def works(self) -> list[RangeWork]:
-        return [w for queue in self._work.values() for w in queue]
-
     def drop(self, keys: Iterable[TopicPartitionKey]) -> None:
         """Partitions leave this member: forget their ranges and buffered records."""
         gone = [k for k in keys if k in self._work]
