@@ -52,13 +52,17 @@ def test_url_secrets_include_encoded_and_decoded_forms() -> None:
 def test_any_password_is_masked_and_scrubbed(password: str) -> None:
     from urllib.parse import quote
 
-    assume(password not in MASK)
+    masked_url = "postgresql+psycopg://user:***@host:5432/db"
+    expected = f"failed to connect to {masked_url}; password=***"
+    # A password that is itself a piece of the masked text ("d", "=***", "r:**") cannot be told
+    # apart from that text by a substring test; the exact comparison below covers the rest.
+    assume(password not in expected)
     encoded = quote(password, safe="")
     url = f"postgresql+psycopg://user:{encoded}@host:5432/db"
-    assert mask_url(url) == "postgresql+psycopg://user:***@host:5432/db"
+    assert mask_url(url) == masked_url
     assert mask_url(f"postgresql://user@host/db?password={encoded}") == "postgresql://user@host/db?password=***"
     cleaned = scrub(f"failed to connect to {url}; password={password}", url_secrets(url))
-    assert encoded not in cleaned and password not in cleaned
+    assert cleaned == expected
 
 
 def test_options_and_outputs_never_carry_the_password(tmp_path: Path) -> None:

@@ -104,7 +104,13 @@ def mask_command(words: Sequence[str]) -> list[str]:
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of each secret replaced by ``***`` (longest first)."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
+    """``text`` with every occurrence of each secret replaced by ``***``.
+
+    One pass over the text, longest secret first at each position, so a mask
+    already written is never matched again (a password such as ``r:**`` would
+    otherwise eat into the ``user:***`` written for the encoded form).
+    """
+    ordered = sorted({s for s in secrets if s}, key=len, reverse=True)
+    if not ordered:
+        return text
+    return re.sub("|".join(re.escape(s) for s in ordered), MASK, text)

@@ -137,6 +137,8 @@ class ChaosResult:
     stalls: Counter[str] = field(default_factory=Counter)
     stalls_missed: int = 0
     child_failures: int = 0
+    #: incarnations that exited on a fatal consumer error (e.g. UNRELEASED_INSTANCE_ID) and were restarted
+    fatal_exits: int = 0
     commit_failures: Counter[str] = field(default_factory=Counter)
     commit_modes: Counter[str] = field(default_factory=Counter)
     recoveries: int = 0
@@ -643,6 +645,7 @@ class ChaosDriver:
             for e in p.count("stalled"):
                 result.stalls[str(e.get("point"))] += 1
             result.child_failures += len(p.count("child-failure-injected"))
+            result.fatal_exits += len(p.count("fatal"))
             for e in p.count("commit-failed"):
                 result.commit_failures[str(e.get("error", "")).split(":", 1)[0]] += 1
             recs = p.count("recovery")

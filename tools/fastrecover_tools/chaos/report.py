@@ -62,6 +62,7 @@ def result_rows(r: ChaosResult) -> list[tuple[str, str]]:
         ("kills at a stall point", _counter(r.stalls)),
         ("stall points not reached (killed at a random time)", str(r.stalls_missed)),
         ("child threads failed on purpose", str(r.child_failures)),
+        ("incarnations ended by a fatal consumer error", str(r.fatal_exits)),
         ("recoveries with ranges / degraded", f"{r.recoveries} / {r.degraded_recoveries}"),
         ("commits that failed (and were retried)", _counter(r.commit_failures)),
         ("run time: chaos / drain (passes)", f"{r.chaos_seconds:.0f} s / {r.drain_seconds:.0f} s ({r.drain_passes})"),

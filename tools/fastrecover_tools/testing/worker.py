@@ -47,6 +47,9 @@ from fastrecover import hooks
 from fastrecover.consumer import Consumer
 from fastrecover.errors import FastRecoverError
 
+#: Exit status of an incarnation whose consumer reported a fatal error.
+FATAL_EXIT = 3
+
 STALL_POINTS = ("batch", "backfill", "token-write", "claim", "store-commit", "between-commits")
 
 
@@ -233,8 +236,16 @@ def run(argv: list[str] | None = None) -> int:
             done: list[Message] = []
             half = len(batch) // 2
             for index, msg in enumerate(batch):
-                if msg.error() is not None:
-                    _emit("consume-error", error=str(msg.error()))
+                error = msg.error()
+                if error is not None:
+                    _emit("consume-error", error=str(error))
+                    if error.fatal():
+                        # The consumer is unusable (with group.protocol=consumer a static member
+                        # restarted before its predecessor's session ended is fenced with
+                        # UNRELEASED_INSTANCE_ID): exit like an application must, and be restarted.
+                        _emit("fatal", error=str(error))
+                        consumer.close()
+                        return FATAL_EXIT
                     continue
                 if index == half and half:
                     faults.at("batch")
