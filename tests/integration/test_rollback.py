@@ -81,7 +81,8 @@ def test_rollback_after_a_kill_mid_backfill_loses_nothing(
     )
     common = ["--group", unique_group, "--store-url", store_url, "--bootstrap-servers", bootstrap, "--timeout", "10"]
     try:
-        worker.wait_event("assigned", 60)
+        # recovery, not the assignment: the application's on_assign runs before recovery reads the log end
+        worker.wait_event("recovery", 60)
         produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END, LOG_END + EXTRA)], partition=0)
         worker.wait_event("stalled", 120)
         # a live member: rollback must refuse and change nothing
