@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fastrecover.tokens import TopicPartitionKey
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+    from fastrecover.book import RangeWork
 
 
 @dataclass(frozen=True)
@@ -81,3 +87,13 @@ def cut_batch(offsets: list[int], fetch_next: int, end: int) -> Cut:
         gaps.append((fetch_next, end))
         fetch_next = end
     return Cut(lo, hi, fetch_next, fetched_all, gaps)
+
+
+@dataclass
+class Segment:
+    """Buffered records of one range, in offset order; ``pos`` is the next one to hand out."""
+
+    work: RangeWork
+    msgs: list[Message]
+    offsets: list[int]
+    pos: int = 0

@@ -17,6 +17,9 @@ bisect, never a per-record scan.  A fetched record counts as delivered only once
 :meth:`ChildReader.take` hands it to the application; records still buffered
 when a partition is paused, sought or revoked are given back by seeking the
 handle to the head's delivery cursor, so none is skipped.
+
+The client calls themselves (assign, seek, pause, watermarks) sit in
+:class:`~fastrecover.child_handle.ChildHandle`; this module keeps the ranges.
 """
 
 from __future__ import annotations
@@ -24,29 +27,19 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from fastrecover import hooks
-from fastrecover.batches import ChildEvent, GapEvent, Run, SkipEvent, cut_batch
+from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, cut_batch
 from fastrecover.book import RangeWork
+from fastrecover.child_handle import ChildHandle
 from fastrecover.tokens import TopicPartitionKey
 
 log = logging.getLogger("fastrecover.child")
-
-
-@dataclass
-class _Segment:
-    """Buffered records of one range, in offset order; ``pos`` is the next one to hand out."""
-
-    work: RangeWork
-    msgs: list[Message]
-    offsets: list[int]
-    pos: int = 0
 
 
 class ChildReader:
@@ -63,25 +56,25 @@ class ChildReader:
         broker_timeout_s: float,
         consumer_factory: Callable[[dict[str, Any]], Any] = _KafkaConsumer,
     ) -> None:
-        self._conf = dict(conf)
+        self._h = ChildHandle(conf, broker_timeout_s=broker_timeout_s, factory=consumer_factory)
         self._batch = batch_size
-        self._timeout = broker_timeout_s
-        self._factory = consumer_factory
-        self._handle: Any = None
         self._work: dict[TopicPartitionKey, deque[RangeWork]] = {}
         self._paused: set[TopicPartitionKey] = set()
-        self._segments: deque[_Segment] = deque()
+        self._segments: deque[Segment] = deque()
         self._events: list[ChildEvent] = []
         self._finished: list[tuple[int, TopicPartitionKey]] = []
         self.failure: BaseException | None = None
-        self.handles_created = 0
         self.records_delivered = 0
 
     # ---- health --------------------------------------------------------------------------------
 
     def is_alive(self) -> bool:
         """True while a healthy handle exists (the KIP's childConsumerIsAlive)."""
-        return self._handle is not None and self.failure is None
+        return self._h.is_open and self.failure is None
+
+    @property
+    def handles_created(self) -> int:
+        return self._h.created
 
     @property
     def has_work(self) -> bool:
@@ -94,10 +87,7 @@ class ChildReader:
         return sum(len(s.msgs) - s.pos for s in self._segments)
 
     def set_credentials(self, username: str, password: str) -> None:
-        """Keep SASL credentials for this handle and every later one."""
-        self._conf["sasl.username"], self._conf["sasl.password"] = username, password
-        if self._handle is not None:
-            self._handle.set_sasl_credentials(username, password)
+        self._h.set_credentials(username, password)
 
     # ---- work ----------------------------------------------------------------------------------
 
@@ -126,7 +116,7 @@ class ChildReader:
         self._purge(set(gone), rewind=False)
         for key in gone:
             del self._work[key]
-        self._unassign(gone)
+        self._h.unassign(gone)
 
     def drop_range(self, token_id: int) -> None:
         """A range was fenced or finished elsewhere: stop reading it."""
@@ -145,14 +135,14 @@ class ChildReader:
         mine = {k for k in keys if k in self._work}
         if mine:
             self._purge(mine, rewind=True)
-            self._set_paused(mine, True)
+            self._h.set_paused(mine, True)
 
     def resume(self, keys: Iterable[TopicPartitionKey]) -> None:
         keys = set(keys)
         self._paused -= keys
         mine = [k for k in keys if k in self._work]
         if mine:
-            self._set_paused(mine, False)
+            self._h.set_paused(mine, False)
             for key in mine:  # records fetched while paused were ignored: fetch them again
                 self._seek(self._work[key][0])
 
@@ -230,7 +220,7 @@ class ChildReader:
 
     def _fetch(self, count: int, wait: float = 0.0) -> None:
         try:
-            msgs = self._handle.consume(min(count, 100_000), wait)
+            msgs = self._h.consume(count, wait)
             hooks.fire("child-batch")
         except Exception as exc:
             self._fail(exc)
@@ -270,7 +260,7 @@ class ChildReader:
                 pairs = [(m, o) for m, o in zip(kept, kept_offsets, strict=True) if o not in head.skip]
                 kept, kept_offsets = [m for m, _ in pairs], [o for _, o in pairs]
             if kept:
-                self._segments.append(_Segment(head, kept, kept_offsets))
+                self._segments.append(Segment(head, kept, kept_offsets))
 
     def _advance_read_heads(self) -> None:
         """Heads fetched to their end and fully handed out are done: move to the next range."""
@@ -287,19 +277,18 @@ class ChildReader:
             self._start(queue[0], check_low=False)
             return
         self._work.pop(key, None)
-        self._unassign([key])
+        self._h.unassign([key])
 
     def _check_tails(self) -> None:
         """Nothing fetched: a head whose position passed its end (its tail is markers) is read."""
         heads = [q[0] for k, q in self._work.items() if q and not q[0].fetched_all and k not in self._paused]
         if not heads:
             return
-        try:
-            positions = self._handle.position([TopicPartition(w.key.topic, w.key.partition) for w in heads])
-        except KafkaException:
+        positions = self._h.positions([w.key for w in heads])
+        if positions is None:
             return
-        for work, tp in zip(heads, positions, strict=True):
-            if tp.offset >= work.end:
+        for work, position in zip(heads, positions, strict=True):
+            if position >= work.end:
                 work.fetched_all = True
                 if work.fetch_next < work.end:
                     self._events.append(GapEvent(work.token_id, work.fetch_next, work.end))
@@ -331,13 +320,10 @@ class ChildReader:
     # ---- the handle ----------------------------------------------------------------------------
 
     def _ensure_handle(self) -> None:
-        if self._handle is not None and self.failure is None:
+        if self._h.is_open and self.failure is None:
             return
-        if self._handle is not None:
-            self._close_handle()
         self.failure = None
-        self._handle = self._factory(self._conf)
-        self.handles_created += 1
+        self._h.open()
         for queue in self._work.values():
             if queue:
                 queue[0].fetched_all = False
@@ -360,7 +346,7 @@ class ChildReader:
         range; the next range of a partition already being read skips that round trip (were its
         start gone, the fetch would report it out of range and come back here).
         """
-        low = self._low_watermark(work.key) if check_low else None
+        low = self._h.low_watermark(work.key) if check_low else None
         if low is not None and work.next_offset < low:
             self._events.append(SkipEvent(work.token_id, low))
             work.next_offset = low
@@ -371,37 +357,24 @@ class ChildReader:
                 return
         work.fetch_next = work.next_offset
         work.fetched_all = False
-        tp = TopicPartition(work.key.topic, work.key.partition, work.next_offset)
         if assigned is None:
-            assigned = any(t.topic == tp.topic and t.partition == tp.partition for t in self._handle.assignment())
+            assigned = self._h.is_assigned(work.key)
         if assigned:
             try:
-                self._handle.seek(tp)
+                self._h.seek(work.key, work.next_offset)
                 return
             except KafkaException:  # not fetching yet: assign it afresh at the cursor
-                self._unassign([work.key])
-        self._handle.incremental_assign([tp])
-        if work.key in self._paused:
-            self._handle.pause([TopicPartition(tp.topic, tp.partition)])
+                self._h.unassign([work.key])
+        self._h.assign(work.key, work.next_offset, paused=work.key in self._paused)
 
     def _seek(self, work: RangeWork) -> None:
         work.fetch_next = work.next_offset
         try:
-            self._handle.seek(TopicPartition(work.key.topic, work.key.partition, work.next_offset))
+            self._h.seek(work.key, work.next_offset)
         except KafkaException:
             # not fetching yet (just assigned): re-assign at the cursor instead
-            self._unassign([work.key])
+            self._h.unassign([work.key])
             self._start(work, assigned=False)
-
-    def _low_watermark(self, key: TopicPartitionKey) -> int | None:
-        try:
-            low, _high = self._handle.get_watermark_offsets(
-                TopicPartition(key.topic, key.partition), timeout=self._timeout
-            )
-            return int(low)
-        except KafkaException as exc:
-            log.debug("watermarks of %s unavailable (%s); reading from the cursor", key, exc)
-            return None
 
     def _purge(self, keys: set[TopicPartitionKey], rewind: bool) -> None:
         """Give back buffered records of ``keys``; with ``rewind`` the handle re-fetches them."""
@@ -415,32 +388,8 @@ class ChildReader:
                 work.fetched_all = False
                 self._seek(work)
 
-    def _unassign(self, keys: Iterable[TopicPartitionKey]) -> None:
-        if self._handle is None:
-            return
-        wanted = {(k.topic, k.partition) for k in keys}
-        tps = [tp for tp in self._handle.assignment() if (tp.topic, tp.partition) in wanted]
-        if tps:
-            self._handle.incremental_unassign(tps)
-
-    def _set_paused(self, keys: Iterable[TopicPartitionKey], paused: bool) -> None:
-        wanted = {(k.topic, k.partition) for k in keys}
-        tps = [
-            TopicPartition(t.topic, t.partition) for t in self._handle.assignment() if (t.topic, t.partition) in wanted
-        ]
-        if tps:
-            (self._handle.pause if paused else self._handle.resume)(tps)
-
-    def _close_handle(self) -> None:
-        handle, self._handle = self._handle, None
-        try:
-            handle.close()
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("closing child consumer: %r", exc)
-
     def close(self) -> None:
         """Close the handle explicitly (never leave a handle to the garbage collector)."""
         self._segments.clear()
         self._work.clear()
-        if self._handle is not None:
-            self._close_handle()
+        self._h.close()
