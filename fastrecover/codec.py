@@ -1,13 +1,13 @@
-"""Compact ASCII encodings: completion maps and the commit-metadata mirror.
+"""The commit-metadata mirror (``fr1:``): a partition's open ranges as short ASCII text.
 
-Two things must be written as short text: the set of offsets that finished out
-of order above a range's committed offset (stored in the token row), and the
-open ranges of a partition (mirrored into the primary's Kafka commit metadata,
-which brokers cap at ``offset.metadata.max.bytes``, 4096 by default).  Like the
-Confluent Parallel Consumer we encode the completion map both as a bitset and
-as run lengths, keep the smaller, compress with zstd when that pays, and base64
-the result.  Decoding is strict: a malformed text raises ``CodecError`` rather
-than yielding a wrong set, because a wrong set could skip records.
+The open ranges of a partition are mirrored into the primary's Kafka commit
+metadata, which brokers cap at ``offset.metadata.max.bytes`` (4096 by default),
+so that they outlive the loss of the store.  Each row is
+``[start, end, committed, completion map]``, the map encoded by
+:mod:`fastrecover.completion_map`; the JSON rows are compressed with zstd when
+that pays and base64'd.  Decoding is strict: a malformed text raises
+``CodecError`` rather than yielding wrong ranges, because wrong ranges could
+skip records.
 
 The mirror is *untrusted input*: anyone allowed to commit offsets for the group
 writes the metadata we read back.  :func:`decode_mirror` therefore bounds every
@@ -26,14 +26,14 @@ import binascii
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import zstandard
 
+from fastrecover.completion_map import ZSTD_LEVEL, decode_completed, decompress, encode_completed
 from fastrecover.errors import CodecError
 from fastrecover.ranges import RangeProgress
 
-_VERSION = "1"
 _MIRROR_PREFIX = "fr1:"
 #: Marks a signed mirror: ``fr1:S<mac>.<body>``.
 _SIGNED = "S"
@@ -41,9 +41,6 @@ _MAC_BYTES = 16
 _MAC_CHARS = 24  # base64 of 16 bytes, with padding
 #: librdkafka/broker default offset.metadata.max.bytes is 4096; keep a margin.
 MIRROR_LIMIT = 4000
-_ZSTD_LEVEL = 3
-#: Decompressed-size cap of a completion map read from the store (a trusted, operator-owned input).
-_MAX_DECOMPRESSED = 16 * 1024 * 1024
 #: Offsets are signed 64-bit in Kafka and in the store (BIGINT): every mirrored offset is below this.
 OFFSET_LIMIT = 2**63 - 1
 #: Decompressed-size cap of a mirror body. A mirror is at most MIRROR_LIMIT characters, and
@@ -53,161 +50,6 @@ MIRROR_MAX_DECOMPRESSED = 256 * 1024
 MIRROR_MAX_ROWS = 128
 #: Most completed offsets all completion maps of one mirror may decode to together.
 MIRROR_MAX_COMPLETED = 65_536
-
-
-def _varint(n: int, out: bytearray) -> None:
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return
-
-
-def _read_varints(data: bytes) -> list[int]:
-    values: list[int] = []
-    value = shift = 0
-    for byte in data:
-        value |= (byte & 0x7F) << shift
-        if byte & 0x80:
-            shift += 7
-            if shift > 63:
-                raise CodecError("varint too long in run-length completion map")
-        else:
-            values.append(value)
-            value = shift = 0
-    if shift:
-        raise CodecError("truncated varint in run-length completion map")
-    return values
-
-
-def _decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:
-    """zstd-decompress at most ``limit`` bytes.
-
-    ``max_output_size`` only applies to frames that do not declare their size, so a
-    frame declaring a huge content size is refused here before anything is allocated.
-    A frame that declares a small size but holds more is refused by the decompressor.
-    """
-    size = zstandard.frame_content_size(raw)
-    if size > limit:
-        raise CodecError(f"zstd payload declares {size} bytes, more than the {limit} allowed")
-    data: bytes = zstandard.ZstdDecompressor().decompress(raw, max_output_size=limit)
-    if len(data) > limit:  # pragma: no cover - the decompressor enforces max_output_size
-        raise CodecError(f"zstd payload decompresses to more than the {limit} bytes allowed")
-    return data
-
-
-def _bitset(deltas: Sequence[int]) -> bytes:
-    bits = bytearray((deltas[-1] // 8) + 1)
-    for d in deltas:
-        bits[d >> 3] |= 1 << (d & 7)
-    return bytes(bits)
-
-
-def _runs(deltas: Sequence[int]) -> bytes:
-    """Alternating run lengths: not-done, done, not-done, done, ..."""
-    out = bytearray()
-    cursor = 0
-    i = 0
-    while i < len(deltas):
-        j = i
-        while j + 1 < len(deltas) and deltas[j + 1] == deltas[j] + 1:
-            j += 1
-        _varint(deltas[i] - cursor, out)
-        _varint(j - i + 1, out)
-        cursor = deltas[j] + 1
-        i = j + 1
-    return bytes(out)
-
-
-def encode_completed(committed: int, completed: Iterable[int]) -> str:
-    """Encode offsets (all > committed) relative to ``committed + 1``; '' when empty."""
-    deltas = sorted({o - committed - 1 for o in completed})
-    if not deltas:
-        return ""
-    if deltas[0] < 0:
-        raise ValueError(f"completed offset {deltas[0] + committed + 1} is not above committed {committed}")
-    tag, raw = "r", _runs(deltas)
-    # The bitset's size is known up front: only build it when it is the smaller one,
-    # so a lone offset far above committed does not allocate a gigantic bitset.
-    if deltas[-1] // 8 + 1 <= len(raw):
-        tag, raw = "b", _bitset(deltas)
-    packed = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw)
-    if len(packed) < len(raw):
-        tag, raw = tag.upper(), packed
-    return _VERSION + tag + base64.b64encode(raw).decode("ascii")
-
-
-def decode_completed(
-    committed: int,
-    text: str,
-    end: int | None = None,
-    *,
-    max_offsets: int | None = None,
-    max_bytes: int = _MAX_DECOMPRESSED,
-) -> frozenset[int]:
-    """Inverse of :func:`encode_completed`; raises ``CodecError`` on anything malformed.
-
-    With ``end`` (the range's end), an offset at or beyond it is malformed too.
-    ``max_offsets`` caps how many offsets the map may hold and ``max_bytes`` the
-    decompressed payload.  Every check runs *before* a run or a bitset is
-    expanded, so a corrupt or hostile map cannot make the decoder build a set
-    larger than the caps.
-    """
-    if not text:
-        return frozenset()
-    if not isinstance(text, str) or len(text) < 2 or text[0] != _VERSION or text[1] not in "bBrR":
-        raise CodecError(f"unknown completion-map encoding {str(text)[:8]!r}")
-    tag = text[1]
-    try:
-        raw = base64.b64decode(text[2:], validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise CodecError(f"completion map is not valid base64: {text[:16]!r}...") from exc
-    if tag.isupper():
-        try:
-            raw = _decompress(raw, max_bytes)
-        except zstandard.ZstdError as exc:
-            raise CodecError("completion map zstd payload is corrupt") from exc
-    elif len(raw) > max_bytes:
-        raise CodecError(f"completion map of {len(raw)} bytes is larger than the {max_bytes} allowed")
-    base = committed + 1
-    if tag.lower() == "b":
-        if not raw:
-            raise CodecError("completion-map bitset is empty")
-        if end is not None and base + ((len(raw) - 1) << 3) >= end:
-            raise CodecError(f"completion-map bitset of {len(raw)} bytes reaches beyond the range end {end}")
-        count = int.from_bytes(raw, "little").bit_count()
-        if max_offsets is not None and count > max_offsets:
-            raise CodecError(f"completion map holds {count} offsets, more than the {max_offsets} allowed")
-        offsets = {base + (i << 3) + bit for i, byte in enumerate(raw) if byte for bit in range(8) if byte >> bit & 1}
-        if end is not None and offsets and max(offsets) >= end:
-            raise CodecError(f"completion map holds offset {max(offsets)} beyond the range end {end}")
-    else:
-        values = _read_varints(raw)
-        if len(values) % 2:
-            raise CodecError("run-length completion map has an odd number of runs")
-        runs: list[tuple[int, int]] = []
-        total = 0
-        cursor = base
-        for gap, length in zip(values[::2], values[1::2], strict=True):
-            if length == 0:
-                raise CodecError("run-length completion map has an empty run")
-            cursor += gap
-            if end is not None and cursor + length > end:
-                raise CodecError(f"completion map run reaches offset {cursor + length - 1} beyond the range end {end}")
-            total += length
-            if max_offsets is not None and total > max_offsets:
-                raise CodecError(f"completion map holds more than the {max_offsets} offsets allowed")
-            runs.append((cursor, length))
-            cursor += length
-        offsets = set()
-        for first, length in runs:
-            offsets.update(range(first, first + length))
-    if not offsets:
-        raise CodecError("completion map decodes to an empty set")
-    return frozenset(offsets)
 
 
 def encode_mirror(
@@ -277,7 +119,7 @@ def _mirror_text(entries: Sequence[RangeProgress], with_maps: bool) -> str:
         [r.start, r.end, r.committed, encode_completed(r.committed, r.completed) if with_maps else ""] for r in entries
     ]
     raw = json.dumps(rows, separators=(",", ":")).encode("ascii")
-    packed = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw)
+    packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
     if len(packed) < len(raw):
         return _MIRROR_PREFIX + "Z" + base64.b64encode(packed).decode("ascii")
     return _MIRROR_PREFIX + "J" + base64.b64encode(raw).decode("ascii")
@@ -342,7 +184,7 @@ def decode_mirror(text: str, *, key: bytes | None = None, context: str = "") -> 
         body = _verified_body(text, key, context)
         raw = base64.b64decode(body[1:], validate=True)
         if body[:1] == "Z":
-            raw = _decompress(raw, MIRROR_MAX_DECOMPRESSED)
+            raw = decompress(raw, MIRROR_MAX_DECOMPRESSED)
         elif body[:1] != "J":
             raise CodecError(f"unknown mirror encoding {body[:1]!r}")
         if len(raw) > MIRROR_MAX_DECOMPRESSED:

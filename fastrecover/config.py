@@ -85,7 +85,7 @@ def _store_url(key: str, value: object) -> str:
 
 
 def _masked_url(url: str) -> str:
-    from fastrecover.store.sql import mask_url  # imported late: it pulls in SQLAlchemy
+    from fastrecover.store.engine import mask_url  # imported late: it pulls in SQLAlchemy
 
     return mask_url(url)
 

@@ -64,9 +64,12 @@ _PLANNER_MODULES = (
     "fastrecover.config",
     "fastrecover.ranges",
     "fastrecover.tokens",
+    "fastrecover.spark.client_conf",
     "fastrecover.spark.options",
     "fastrecover.spark.offsets",
+    "fastrecover.spark.planning",
     "fastrecover.spark.kafka",
+    "fastrecover.spark.commit_mirror",
     "fastrecover.spark.source",
 )
 

@@ -2,7 +2,8 @@
 
 Spark hands a data source its options as strings with lower-cased keys; every
 problem is reported as a ConfigError naming the option, before any client is
-created.
+created.  The ``kafka.*`` options (which keys are refused, which values are
+secrets) are checked by :mod:`fastrecover.spark.client_conf`.
 """
 
 from __future__ import annotations
@@ -10,20 +11,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from fastrecover.config import DEFAULT_STORE_FILE
 from fastrecover.errors import ConfigError
+from fastrecover.spark.client_conf import MaskedRepr, kafka_conf, mask_secrets_in_url
 
 __all__ = [
-    "DANGEROUS_KAFKA_KEYS",
     "OPTION_DOCS",
     "RangesOptions",
     "SourceOptions",
-    "is_secret_key",
-    "mask_secrets_in_url",
-    "masked_kafka",
+    "job_owner",
     "parse_ranges_options",
     "parse_source_options",
 ]
@@ -117,76 +115,6 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     raise ConfigError(f"option {key}: expected true or false, got {raw!r}")
 
 
-#: Client properties that load code or run commands: a query's options are often assembled from less
-#: trusted configuration, so these are refused rather than handed to the client.
-DANGEROUS_KAFKA_KEYS = frozenset(
-    {
-        "plugin.library.paths",
-        "sasl.kerberos.kinit.cmd",
-        "ssl.engine.location",
-        "ssl_engine_location",
-        "oauthbearer_token_refresh_cb",
-        "oc_cb",
-        "interceptor.classes",
-        "sasl.login.class",
-        "sasl.login.callback.handler.class",
-        "sasl.client.callback.handler.class",
-        "sasl.oauthbearer.jwks.endpoint.url",
-        "ssl.engine.factory.class",
-        "metric.reporters",
-        "config.providers",
-        "key.deserializer",
-        "value.deserializer",
-    }
-)
-#: Keys the source sets itself: it never joins a group nor commits (Spark's checkpoint keeps the offsets),
-#: and it must see a missing offset as an error (data loss), never silently reset.
-OWNED_KAFKA_KEYS = frozenset(
-    {"group.id", "enable.auto.commit", "auto.offset.reset", "enable.auto.offset.store", "enable.partition.eof"}
-)
-#: Substrings of option keys whose values are secrets (masked in repr and messages).
-_SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential", "private.key", "keystore.key")
-
-
-def _kafka(options: Mapping[str, str]) -> dict[str, str]:
-    conf = {k[len("kafka.") :]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")}
-    if not conf.get("bootstrap.servers"):
-        raise ConfigError("option kafka.bootstrap.servers is required")
-    for key in sorted(conf):
-        if key.lower() in DANGEROUS_KAFKA_KEYS or key.lower().endswith((".cmd", ".class", ".classes")):
-            raise ConfigError(
-                f"option kafka.{key} is refused: it makes the Kafka client load a library or run a command"
-            )
-        if key.lower() in OWNED_KAFKA_KEYS:
-            raise ConfigError(
-                f"option kafka.{key} is not supported: the source never joins a group nor commits to Kafka "
-                "(Spark's checkpoint keeps the offsets) and treats a missing offset as data loss "
-                "(see failOnDataLoss)"
-            )
-    return conf
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether an option's value is a secret (never printed, logged or repr'd)."""
-    low = key.lower()
-    return any(marker in low for marker in _SECRET_MARKERS)
-
-
-_URL_PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:)[^@]*@")
-_QUERY_SECRET = re.compile(r"(?P<head>[?&][^=&]*(?:password|secret|token)[^=&]*=)[^&]*", re.IGNORECASE)
-
-
-def mask_secrets_in_url(url: str) -> str:
-    """``url`` with its password (user info and query string) replaced by ``***``."""
-    masked = _URL_PASSWORD.sub(lambda m: m.group("head") + "***@", url)
-    return _QUERY_SECRET.sub(lambda m: m.group("head") + "***", masked)
-
-
-def masked_kafka(conf: Mapping[str, str]) -> dict[str, str]:
-    """The Kafka configuration with secret values replaced by ``***``."""
-    return {k: ("***" if is_secret_key(k) else v) for k, v in conf.items()}
-
-
 def _store_url(options: Mapping[str, str]) -> str:
     url = _get(options, "fastrecover.store.url")
     if url is None or url == "":
@@ -198,25 +126,8 @@ def _store_url(options: Mapping[str, str]) -> str:
     return url
 
 
-class _MaskedRepr:
-    """A repr that never shows a secret: Kafka passwords, JAAS configs, the store URL's password."""
-
-    def __repr__(self) -> str:
-        parts = []
-        for f in fields(self):  # type: ignore[arg-type]
-            value: Any = getattr(self, f.name)
-            if f.name == "kafka":
-                value = masked_kafka(value)
-            elif f.name == "store_url":
-                value = mask_secrets_in_url(value)
-            parts.append(f"{f.name}={value!r}")
-        return f"{type(self).__name__}({', '.join(parts)})"
-
-    __str__ = __repr__
-
-
 @dataclass(frozen=True, repr=False)
-class SourceOptions(_MaskedRepr):
+class SourceOptions(MaskedRepr):
     """Options of the streaming source ``format("fastrecover")``.
 
     Exactly one of ``topics`` (subscribe), ``pattern`` (subscribePattern) and
@@ -341,7 +252,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     fresh_wait = _int(opts, "freshWaitMs", 1000, 0)
     timeout = _int(opts, "fastrecover.read.timeout.ms", 120_000, 1)
     return SourceOptions(
-        kafka=_kafka(opts),
+        kafka=kafka_conf(opts),
         topics=topics,
         query=query,
         store_url=_store_url(opts),
@@ -363,7 +274,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
 
 
 @dataclass(frozen=True, repr=False)
-class RangesOptions(_MaskedRepr):
+class RangesOptions(MaskedRepr):
     """Options of the batch source ``format("fastrecover-ranges")``."""
 
     kafka: dict[str, str]
@@ -397,7 +308,7 @@ def parse_ranges_options(options: Mapping[str, str]) -> RangesOptions:
     job = _get(opts, "fastrecover.job") or "default"
     timeout = _int(opts, "fastrecover.read.timeout.ms", 120_000, 1)
     return RangesOptions(
-        kafka=_kafka(opts),
+        kafka=kafka_conf(opts),
         group=group,
         job=job,
         store_url=_store_url(opts),

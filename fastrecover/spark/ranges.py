@@ -39,8 +39,9 @@ from pyspark.sql.types import StructType
 
 from fastrecover.errors import FastRecoverError
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
-from fastrecover.spark.offsets import Piece, chunk_tasks
+from fastrecover.spark.offsets import Piece
 from fastrecover.spark.options import RangesOptions, parse_ranges_options
+from fastrecover.spark.planning import chunk_tasks
 from fastrecover.spark.source import SCHEMA, PieceSet, read_task
 from fastrecover.spark.state import ABANDONED, COMPLETED, Claim, ClaimedRange, SparkState
 from fastrecover.store import ProgressUpdate, open_store

@@ -1,9 +1,10 @@
 """``format("fastrecover")``: a Structured Streaming source with KIP-333 fast recovery.
 
-The thin imperative shell around :mod:`fastrecover.spark.offsets`: it fetches
-watermarks, keeps the little run state recovery needs (the jump decided at the
-first planning after a start, the Trigger.AvailableNow targets), and lets the
-pure functions decide every offset and every task.
+The thin imperative shell around :mod:`fastrecover.spark.offsets` and
+:mod:`fastrecover.spark.planning`: it fetches watermarks, keeps the little run
+state recovery needs (the jump decided at the first planning after a start,
+the Trigger.AvailableNow targets), and lets the pure functions decide every
+offset and every task.
 
 Where each method runs: ``initialOffset``/``latestOffset``/``partitions``/
 ``commit`` in one long-lived Python process on the driver; ``read`` in Python
@@ -16,9 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,22 +42,19 @@ from pyspark.sql.types import (
 )
 
 from fastrecover.errors import ConfigError, FastRecoverError
+from fastrecover.spark.commit_mirror import CommitMirror
 from fastrecover.spark.kafka import LogView
-from fastrecover.spark.offsets import (
-    Piece,
-    SourceOffset,
+from fastrecover.spark.offsets import Piece, SourceOffset, batch_pieces, lost_between, pending_total
+from fastrecover.spark.options import SourceOptions, parse_source_options
+from fastrecover.spark.planning import (
     apply_jumps,
-    batch_pieces,
     chunk_tasks,
     discover,
     has_fresh,
     initial_offset,
-    lost_between,
-    pending_total,
     plan_next,
     recovery_jumps,
 )
-from fastrecover.spark.options import SourceOptions, parse_source_options
 from fastrecover.tokens import TopicPartitionKey
 
 log = logging.getLogger("fastrecover.spark")
@@ -168,7 +165,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._first_plan = True
         self._hold: _Hold | None = None
         self._targets: dict[TopicPartitionKey, int] | None = None
-        self._mirror: _CommitMirror | None = None
+        self._mirror: CommitMirror | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Tasks get the options only: no clients, no planning state.
@@ -333,7 +330,7 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         is logged while the query goes on.
         """
         if self._mirror is None:
-            self._mirror = _CommitMirror(self.options.query, self._spark_state)
+            self._mirror = CommitMirror(self.options.query, self._spark_state)
         self._mirror.submit(SourceOffset.from_json(end))
 
     def stop(self) -> None:
@@ -346,60 +343,6 @@ class FastRecoverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if self._view is not None:
             self._view.close()
             self._view = None
-
-
-class _CommitMirror:
-    """Writes committed offsets to the store on its own thread; only the newest one matters."""
-
-    def __init__(self, query: str, state: Callable[[], Any]) -> None:
-        self._query = query
-        self._state = state
-        self._cond = threading.Condition()
-        self._latest: SourceOffset | None = None
-        self._closing = False
-        self._thread = threading.Thread(target=self._run, name="fastrecover-commit-mirror", daemon=True)
-        self._thread.start()
-
-    def submit(self, offset: SourceOffset) -> None:
-        with self._cond:
-            self._latest = offset
-            self._cond.notify()
-
-    def close(self, timeout_s: float) -> None:
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            log.warning("query %r: the store mirror did not finish within %.0f s", self._query, timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while self._latest is None and not self._closing:
-                    self._cond.wait()
-                offset, self._latest = self._latest, None
-                closing = self._closing
-            if offset is not None:
-                self._write(offset)
-            if closing and offset is None:
-                return
-
-    def _write(self, offset: SourceOffset) -> None:
-        # In Spark's planning process this code was pickled by value (fastrecover.spark.register): its
-        # classes are copies, so the store side gets the offset as JSON, parsed by the real modules, and
-        # the store's errors are caught as the real classes.
-        from fastrecover.errors import FastRecoverError as StoreSideError
-        from fastrecover.spark.offsets import SourceOffset as StoreSideOffset
-
-        try:
-            state = self._state()
-            state.record_commit(self._query, offset.dumps())
-            state.mirror_pending(self._query, StoreSideOffset.from_json(offset.dumps()))
-        except (StoreSideError, FastRecoverError) as exc:
-            log.warning("query %r: could not record committed offset in the store: %s", self._query, exc)
-        except Exception:  # a mirror bug must not kill the thread and silently stop mirroring
-            log.exception("query %r: recording the committed offset failed", self._query)
 
 
 class FastRecoverDataSource(DataSource):  # type: ignore[misc]

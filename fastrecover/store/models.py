@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from fastrecover.codec import decode_completed
+from fastrecover.completion_map import decode_completed
 from fastrecover.errors import CodecError, CorruptTokenError
 from fastrecover.ranges import RangeProgress
 from fastrecover.tokens import Token, TokenState

@@ -6,6 +6,9 @@ connection and transaction from the engine's pool; nothing is shared but the
 thread-safe Engine.  Every write that depends on what a row holds is *fenced*:
 it only applies while the caller's ``(owner, epoch)`` is still the row's, so a
 stale holder that lost a range can never overwrite its successor's progress.
+This module owns the transactions and the public API; the statements a write
+runs inside its transaction are in :mod:`fastrecover.store.writes`, the checks
+of caller values in :mod:`fastrecover.store.checks`.
 
 SQLite (the embedded default) and PostgreSQL are supported.  On SQLite we take
 over BEGIN from the ``sqlite3`` module: its legacy mode would not start a
@@ -20,133 +23,45 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, cast
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from sqlalchemy import Table, and_, delete, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import (
-    IntegrityError,
-)
 from sqlalchemy.sql.elements import ColumnElement
 
-from fastrecover import hooks
-from fastrecover.codec import encode_completed
-from fastrecover.errors import (
-    CorruptTokenError,
-    FencedError,
-    SchemaBehindError,
-    StoreError,
-)
-from fastrecover.errors import InvalidValueError as InvalidValueError  # re-exported: it was defined here
-from fastrecover.errors import StoreCorruptError as StoreCorruptError  # re-exported: it was defined here
-from fastrecover.errors import TokenNotFoundError as TokenNotFoundError  # re-exported: it was defined here
-from fastrecover.ranges import RangeProgress
+from fastrecover.errors import CorruptTokenError, FencedError, SchemaBehindError, StoreError, TokenNotFoundError
 from fastrecover.store import schema
+from fastrecover.store.checks import INT_MAX, check_int, check_name
 from fastrecover.store.engine import (
-    BEGIN_OPTION as BEGIN_OPTION,
+    BEGIN_OPTION,
+    DEFAULT_LOCK_TIMEOUT_MS,
+    DEFAULT_STATEMENT_TIMEOUT_MS,
+    build_engine,
+    is_sqlite_memory,
+    normalize_url,
+    sqlite_file,
+    translate_errors,
 )
-from fastrecover.store.engine import (
-    DEFAULT_LOCK_TIMEOUT_MS as DEFAULT_LOCK_TIMEOUT_MS,
+
+# Re-exported: the CLI and the tools' demo import these three from here.
+from fastrecover.store.engine import mask_url as mask_url
+from fastrecover.store.engine import url_for_child as url_for_child
+from fastrecover.store.engine import validate_url as validate_url
+from fastrecover.store.models import token_from_row
+from fastrecover.store.writes import (
+    TABLE,
+    CommitResult,
+    ProgressUpdate,
+    apply_progress,
+    check_updates,
+    claim_rows,
+    insert_range,
+    now,
 )
-from fastrecover.store.engine import (
-    DEFAULT_STATEMENT_TIMEOUT_MS as DEFAULT_STATEMENT_TIMEOUT_MS,
-)
-from fastrecover.store.engine import (
-    STORE_URL_ENV as STORE_URL_ENV,
-)
-from fastrecover.store.engine import (
-    build_engine as build_engine,
-)
-from fastrecover.store.engine import (
-    has_secret as has_secret,
-)
-from fastrecover.store.engine import (
-    is_sqlite_memory as is_sqlite_memory,
-)
-from fastrecover.store.engine import (
-    mask_url as mask_url,
-)
-from fastrecover.store.engine import (
-    normalize_url as normalize_url,
-)
-from fastrecover.store.engine import (
-    sqlite_file as sqlite_file,
-)
-from fastrecover.store.engine import (
-    translate_errors as translate_errors,
-)
-from fastrecover.store.engine import (
-    url_for_child as url_for_child,
-)
-from fastrecover.store.engine import (
-    validate_url as validate_url,
-)
-from fastrecover.store.models import NAME_MAX, RangeRow, merge_progress, token_from_row
 from fastrecover.tokens import Token, TokenState
 
 log = logging.getLogger("fastrecover.store")
-
-_T = cast(Table, RangeRow.__table__)
-_KEY_COLUMNS = ("group_id", "topic", "partition", "start_offset")
-#: Largest offset the store's BIGINT columns hold.
-BIGINT_MAX = 2**63 - 1
-_INT_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class ProgressUpdate:
-    """One range's new progress, written only if ``(owner, epoch)`` still holds it.
-
-    ``skipped`` is the range's total of records lost to retention (not a delta);
-    None leaves the stored count unchanged.
-    """
-
-    token_id: int
-    owner: str
-    epoch: int
-    progress: RangeProgress
-    skipped: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """Outcome of a batch: the tokens as now stored, and the ids whose holder was fenced."""
-
-    tokens: list[Token] = field(default_factory=list)
-    fenced: list[int] = field(default_factory=list)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _check_name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value or len(value) > NAME_MAX:
-        shown = value if not isinstance(value, str) or len(value) <= 80 else value[:80] + "..."
-        raise InvalidValueError(
-            f"{what} must be a non-empty string of at most {NAME_MAX} characters, got {shown!r}"
-            + (f" ({len(value)} characters)" if isinstance(value, str) else "")
-        )
-    return value
-
-
-def _check_int(what: str, value: object, minimum: int = 0, maximum: int = BIGINT_MAX) -> int:
-    """Refuse what the columns cannot hold before the driver sees it (it would raise OverflowError)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    if value > maximum:
-        raise InvalidValueError(f"{what} must be an integer <= {maximum} (what the store can hold), got {value!r}")
-    return value
-
-
-def _check_progress(what: str, progress: RangeProgress) -> None:
-    for name, value in (("start", progress.start), ("end", progress.end), ("committed", progress.committed)):
-        _check_int(f"{name} offset of {what}", value)
 
 
 class RangeStore:
@@ -207,39 +122,19 @@ class RangeStore:
         returned whatever its state.  An empty range (start == end) is recorded
         as already done.
         """
-        _check_name("group", group)
-        _check_name("topic", topic)
+        check_name("group", group)
+        check_name("topic", topic)
         if owner is not None:
-            _check_name("owner", owner)
-        _check_int("partition", partition, 0, _INT_MAX)
+            check_name("owner", owner)
+        check_int("partition", partition, 0, INT_MAX)
         for what, value in (("start", start), ("end", end)):
-            _check_int(what, value)
+            check_int(what, value)
         if end < start:
             raise ValueError(
                 f"cannot create range [{start}, {end}) for {group}/{topic}[{partition}]: end {end} < start {start}"
             )
-        now = _now()
-        done = start == end
-        values: dict[str, Any] = {
-            "group_id": group,
-            "topic": topic,
-            "partition": partition,
-            "start_offset": start,
-            "end_offset": end,
-            "committed_offset": start,
-            "completed": "",
-            "skipped": 0,
-            "owner": owner,
-            "epoch": 1,
-            "state": (TokenState.DONE if done else TokenState.OPEN).value,
-            "created_at": now,
-            "updated_at": now,
-            "finished_at": now if done else None,
-        }
         with self._tx("creating a range", write=True) as conn:
-            self._insert_ignore(conn, values)
-            hooks.fire("token-write")  # fault point: inserted, not yet committed
-            row = conn.execute(select(_T).where(and_(*(_T.c[k] == values[k] for k in _KEY_COLUMNS)))).mappings().one()
+            row = insert_range(conn, group, topic, partition, start, end, owner)
         token = token_from_row(row)
         if token.progress.end != end:
             log.warning(
@@ -255,26 +150,12 @@ class RangeStore:
             )
         return token
 
-    @staticmethod
-    def _insert_ignore(conn: Connection, values: Mapping[str, Any]) -> None:
-        dialect = conn.dialect.name
-        if dialect == "postgresql":
-            conn.execute(pg_insert(_T).values(**values).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key"))
-        elif dialect == "sqlite":
-            conn.execute(sqlite_insert(_T).values(**values).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS)))
-        else:
-            try:
-                with conn.begin_nested():
-                    conn.execute(_T.insert().values(**values))
-            except IntegrityError:
-                pass  # the row exists; the caller reads it back
-
     # -- reading --------------------------------------------------------------
 
     def get(self, token_id: int) -> Token:
         """The token as stored now; TokenNotFoundError if no such id, CorruptTokenError if invalid."""
         with self._tx(f"reading range #{token_id}") as conn:
-            row = conn.execute(select(_T).where(_T.c.id == token_id)).mappings().one_or_none()
+            row = conn.execute(select(TABLE).where(TABLE.c.id == token_id)).mappings().one_or_none()
         if row is None:
             raise TokenNotFoundError(f"range token #{token_id} does not exist in {self._url}")
         return token_from_row(row)
@@ -292,11 +173,11 @@ class RangeStore:
         A corrupt row raises CorruptTokenError by default: recovery must not
         silently forget a range.  ``skip_corrupt=True`` logs it and goes on.
         """
-        where: list[ColumnElement[bool]] = [_T.c.group_id == group, _T.c.state == TokenState.OPEN.value]
+        where: list[ColumnElement[bool]] = [TABLE.c.group_id == group, TABLE.c.state == TokenState.OPEN.value]
         if topic is not None:
-            where.append(_T.c.topic == topic)
+            where.append(TABLE.c.topic == topic)
         if partition is not None:
-            where.append(_T.c.partition == partition)
+            where.append(TABLE.c.partition == partition)
         return self._select(where, f"reading open ranges of group {group!r}", skip_corrupt)
 
     def partition_ranges(
@@ -310,25 +191,29 @@ class RangeStore:
         primary's committed offset cannot matter, so the history stays unread.
         """
         where: list[ColumnElement[bool]] = [
-            _T.c.group_id == group,
-            _T.c.topic == topic,
-            _T.c.partition == partition,
+            TABLE.c.group_id == group,
+            TABLE.c.topic == topic,
+            TABLE.c.partition == partition,
         ]
         if ending_after is not None:
-            where.append(_T.c.end_offset > ending_after)
+            where.append(TABLE.c.end_offset > ending_after)
         return self._select(where, f"reading ranges of {group!r}/{topic}[{partition}]", skip_corrupt)
 
     def ranges(self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False) -> list[Token]:
         """All ranges (of one group, or of every group), for status displays."""
         where: list[ColumnElement[bool]] = []
         if group is not None:
-            where.append(_T.c.group_id == group)
+            where.append(TABLE.c.group_id == group)
         if not include_done:
-            where.append(_T.c.state == TokenState.OPEN.value)
+            where.append(TABLE.c.state == TokenState.OPEN.value)
         return self._select(where, "listing ranges", skip_corrupt)
 
     def _select(self, where: Sequence[ColumnElement[bool]], action: str, skip_corrupt: bool) -> list[Token]:
-        stmt = select(_T).where(*where).order_by(_T.c.group_id, _T.c.topic, _T.c.partition, _T.c.start_offset)
+        stmt = (
+            select(TABLE)
+            .where(*where)
+            .order_by(TABLE.c.group_id, TABLE.c.topic, TABLE.c.partition, TABLE.c.start_offset)
+        )
         with self._tx(action) as conn:
             rows = conn.execute(stmt).mappings().all()
         tokens: list[Token] = []
@@ -348,24 +233,14 @@ class RangeStore:
 
         A done range is returned unchanged (there is nothing left to hold).
         """
-        _check_name("owner", owner)
+        check_name("owner", owner)
         with self._tx(f"claiming range #{token_id}", write=True) as conn:
-            row = self._locked_rows(conn, [token_id]).get(token_id)
-            hooks.fire("claim")  # fault point: row lock held, nothing written yet
-            if row is None:
+            tokens, claimed = claim_rows(conn, [token_id], owner)
+            if not tokens:
                 raise TokenNotFoundError(f"range token #{token_id} does not exist in {self._url}")
-            token = token_from_row(row)  # refuse to hand out a corrupt range
-            if not token.is_open:
-                return token
-            conn.execute(
-                update(_T)
-                .where(_T.c.id == token_id, _T.c.state == TokenState.OPEN.value)
-                .values(epoch=_T.c.epoch + 1, owner=owner, updated_at=_now())
-            )
-            row = conn.execute(select(_T).where(_T.c.id == token_id)).mappings().one()
-        claimed = token_from_row(row)
-        log.info("claimed %s", claimed.describe())
-        return claimed
+        if claimed:
+            log.info("claimed %s", tokens[0].describe())
+        return tokens[0]
 
     def claim_many(self, token_ids: Sequence[int], owner: str) -> list[Token]:
         """Claim several ranges in one transaction, as :meth:`claim` does each (missing ids are skipped).
@@ -373,31 +248,14 @@ class RangeStore:
         Recovery resumes every open range of a partition at once; one transaction per range made
         a recovery over hundreds of small ranges take seconds.
         """
-        _check_name("owner", owner)
+        check_name("owner", owner)
         ids = sorted(set(token_ids))
         if not ids:
             return []
         with self._tx(f"claiming {len(ids)} range(s)", write=True) as conn:
-            rows = self._locked_rows(conn, ids)
-            hooks.fire("claim")  # fault point: row locks held, nothing written yet
-            open_ids = [i for i in ids if i in rows and token_from_row(rows[i]).is_open]
-            if open_ids:
-                conn.execute(
-                    update(_T)
-                    .where(_T.c.id.in_(open_ids), _T.c.state == TokenState.OPEN.value)
-                    .values(epoch=_T.c.epoch + 1, owner=owner, updated_at=_now())
-                )
-            fresh = conn.execute(select(_T).where(_T.c.id.in_(ids))).mappings().all()
-        claimed = sorted((token_from_row(r) for r in fresh), key=lambda t: t.id)
-        log.info("claimed %d range(s) for %s", len(open_ids), owner)
-        return claimed
-
-    @staticmethod
-    def _locked_rows(conn: Connection, ids: Sequence[int]) -> dict[int, Mapping[Any, Any]]:
-        # FOR UPDATE in id order (PostgreSQL) so concurrent batches cannot deadlock;
-        # SQLite ignores it and is already serialized by BEGIN IMMEDIATE.
-        stmt = select(_T).where(_T.c.id.in_(sorted(set(ids)))).order_by(_T.c.id).with_for_update()
-        return {int(r["id"]): r for r in conn.execute(stmt).mappings()}
+            tokens, claimed = claim_rows(conn, ids, owner)
+        log.info("claimed %d range(s) for %s", claimed, owner)
+        return tokens
 
     def commit_progress(self, updates: Sequence[ProgressUpdate]) -> CommitResult:
         """Write a batch of progress in ONE transaction; fenced updates are reported, not raised.
@@ -407,62 +265,11 @@ class RangeStore:
         range does not match the stored one is a caller bug: ValueError, and
         nothing of the batch is written.
         """
-        for u in updates:
-            if not isinstance(u, ProgressUpdate) or not isinstance(u.progress, RangeProgress):
-                raise ValueError(f"expected ProgressUpdate with a RangeProgress, got {u!r}")
-            _check_int("token id", u.token_id, 1)
-            _check_progress(f"range #{u.token_id}", u.progress)
-            _check_int(f"epoch of range #{u.token_id}", u.epoch, 0, _INT_MAX)
-            _check_name(f"owner of range #{u.token_id}", u.owner)
-            if u.skipped is not None:
-                _check_int(f"skipped of range #{u.token_id}", u.skipped)
+        check_updates(updates)
         if not updates:
             return CommitResult()
-        result = CommitResult()
         with self._tx(f"committing progress of {len(updates)} range(s)", write=True) as conn:
-            rows = self._locked_rows(conn, [u.token_id for u in updates])
-            hooks.fire("store-commit")  # fault point: row locks held, nothing written yet
-            current: dict[int, Token] = {}
-            for u in updates:
-                if u.token_id not in rows:
-                    result.fenced.append(u.token_id)
-                    continue
-                token = current.get(u.token_id) or token_from_row(rows[u.token_id])
-                stored, new = token.progress, u.progress
-                if (new.start, new.end) != (stored.start, stored.end):
-                    raise ValueError(
-                        f"progress for range #{u.token_id} covers [{new.start}, {new.end}) "
-                        f"but the stored range is [{stored.start}, {stored.end})"
-                    )
-                if (token.owner, token.epoch) != (u.owner, u.epoch) or not token.is_open:
-                    result.fenced.append(u.token_id)
-                    continue
-                merged = merge_progress(stored, new)
-                skipped = token.skipped if u.skipped is None else max(token.skipped, u.skipped)
-                after = token.with_progress(merged, skipped)
-                now = _now()
-                res = conn.execute(
-                    update(_T)
-                    .where(
-                        _T.c.id == u.token_id,
-                        _T.c.owner == u.owner,
-                        _T.c.epoch == u.epoch,
-                        _T.c.state == TokenState.OPEN.value,
-                    )
-                    .values(
-                        committed_offset=merged.committed,
-                        completed=encode_completed(merged.committed, merged.completed),
-                        skipped=skipped,
-                        state=after.state.value,
-                        updated_at=now,
-                        finished_at=now if not after.is_open else None,
-                    )
-                )
-                if res.rowcount != 1:  # only possible without row locks (other dialects)
-                    result.fenced.append(u.token_id)
-                    continue
-                current[u.token_id] = after
-                result.tokens.append(after)
+            result = apply_progress(conn, updates)
         for token_id in result.fenced:
             log.warning("commit to range #%d was fenced (stale owner/epoch or range done)", token_id)
         return result
@@ -473,8 +280,8 @@ class RangeStore:
         if result.tokens:
             return result.tokens[0]
         try:
-            now = self.get(update.token_id)
-            holder = f"owner={now.owner!r} epoch={now.epoch} state={now.state.value}"
+            stored = self.get(update.token_id)
+            holder = f"owner={stored.owner!r} epoch={stored.epoch} state={stored.state.value}"
         except TokenNotFoundError:
             holder = "no such token"
         raise FencedError(
@@ -486,9 +293,9 @@ class RangeStore:
         """Give a range up (owner=NULL) if the caller still holds it; False if it did not."""
         with self._tx(f"releasing range #{token_id}", write=True) as conn:
             res = conn.execute(
-                update(_T)
-                .where(_T.c.id == token_id, _T.c.owner == owner, _T.c.epoch == epoch)
-                .values(owner=None, updated_at=_now())
+                update(TABLE)
+                .where(TABLE.c.id == token_id, TABLE.c.owner == owner, TABLE.c.epoch == epoch)
+                .values(owner=None, updated_at=now())
             )
             released = bool(res.rowcount == 1)
         if not released:
@@ -503,13 +310,15 @@ class RangeStore:
         deleted here (they record finished work), nor is a range that finished
         or changed group since the caller read it.
         """
-        _check_name("group", group)
-        ids = sorted({_check_int("token id", i, 1) for i in token_ids})
+        check_name("group", group)
+        ids = sorted({check_int("token id", i, 1) for i in token_ids})
         if not ids:
             return 0
         with self._tx(f"deleting {len(ids)} open range(s) of group {group!r}", write=True) as conn:
             res = conn.execute(
-                delete(_T).where(_T.c.id.in_(ids), _T.c.group_id == group, _T.c.state == TokenState.OPEN.value)
+                delete(TABLE).where(
+                    TABLE.c.id.in_(ids), TABLE.c.group_id == group, TABLE.c.state == TokenState.OPEN.value
+                )
             )
             return int(res.rowcount)
 

@@ -23,7 +23,7 @@ from fastrecover.store import build_engine, open_store
 from fastrecover.store.models import VERSION_TABLE
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import crash_after_commit, parallel_config, poll_until
+from tests.integration.helpers import crash_after_commit, offset_of, parallel_config, poll_until
 
 pytestmark = pytest.mark.faults
 
@@ -78,8 +78,10 @@ def test_topic_that_does_not_exist_is_reported_by_name(bootstrap: str, unique_gr
             return msg if msg is not None and msg.error() is not None else None
 
         msg = wait_for(error, 60, 0.01, "the unknown-topic error")
-        assert msg.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-        assert missing in msg.error().str()
+        err = msg.error() if msg is not None else None  # wait_for returns a truthy value: never None
+        assert err is not None
+        assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert missing in err.str()
         assert consumer.recoveries == []
     finally:
         consumer.close()
@@ -104,7 +106,7 @@ def test_corrupt_token_row_is_named_never_rewritten_and_its_range_survives(
         first.subscribe([topic])
         got: list[Message] = []
         poll_until(first, got, lambda: {m.offset() for m in got} >= set(range(20, 30)), 60, "backfill 20..29")
-        for m in sorted((m for m in got if 20 <= m.offset() < 30), key=lambda m: m.offset()):
+        for m in sorted((m for m in got if 20 <= offset_of(m) < 30), key=offset_of):
             first.commit(message=m, asynchronous=False)
     finally:
         first.close()
@@ -154,7 +156,7 @@ def test_corrupt_token_row_is_named_never_rewritten_and_its_range_survives(
             60,
             "the repaired range backfilled from its committed offset",
         )
-        assert min(m.offset() for m in last) == 30
+        assert min(offset_of(m) for m in last) == 30
     finally:
         third.close()
 

@@ -32,6 +32,17 @@ def parallel_config(bootstrap: str, group: str, store_url: str, **extra: Any) ->
     return config
 
 
+def offset_of(msg: Message) -> int:
+    """The record's offset, typed ``int``.
+
+    confluent_kafka types ``Message.offset()`` as Optional (None for an error event); the tests
+    compare and sort the offsets of delivered records, which always have one.
+    """
+    offset = msg.offset()
+    assert offset is not None, f"a record without an offset: {msg.error()}"
+    return offset
+
+
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[TopicPartition]:
     probe = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:

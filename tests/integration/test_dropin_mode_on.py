@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from tests.integration.dropin import (
     normalise,
     outcome,
 )
+from tests.integration.helpers import offset_of
 
 pytestmark = pytest.mark.integration
 
@@ -68,16 +70,25 @@ def _lag(bootstrap: str, topic: str, group: str, flavour: str, partitions: int =
     return g
 
 
-def _records(consumer: Any, sink: list[Message], done: Callable[[], bool], timeout: float, what: str) -> None:
+def _records(
+    consumer: Any, sink: list[Message], done: Callable[[list[Message]], bool], timeout: float, what: str
+) -> None:
+    """consume() into ``sink`` until ``done(sink)`` holds (given the sink, so no closure over a loop variable)."""
+
     def step() -> bool:
         sink.extend(m for m in consumer.consume(200, 0.2) if m.error() is None)
-        return done()
+        return done(sink)
 
     wait_for(step, timeout, 0.001, what)
 
 
 def _offsets(msgs: list[Message], partition: int = 0) -> list[int]:
-    return [m.offset() for m in msgs if m.partition() == partition]
+    return [offset_of(m) for m in msgs if m.partition() == partition]
+
+
+def _every_record_in(paused: list[Message], seen: list[Message]) -> bool:
+    """Every lagged record of both partitions is in ``seen`` or was delivered while ``paused``."""
+    return all(set(range(COMMITTED, LOG_END)) <= set(_offsets(seen + paused, p)) for p in (0, 1))
 
 
 def _quiet(consumer: Any, sink: list[Message], quiet_s: float = 1.5, limit_s: float = 20.0) -> None:
@@ -110,9 +121,9 @@ def test_commit_of_an_unassigned_partition_is_accepted(
         consumer = make(flavour, base_config(bootstrap, group), tmp_path)
         try:
             consumer.assign([TopicPartition(topic, 0)])
-            _records(consumer, [], lambda: True, 10, "a first call")
+            _records(consumer, [], lambda _: True, 10, "a first call")
             got[flavour] = outcome(
-                lambda c=consumer: c.commit(offsets=[TopicPartition(topic, 1, 150)], asynchronous=asynchronous)
+                partial(consumer.commit, offsets=[TopicPartition(topic, 1, 150)], asynchronous=asynchronous)
             )
         finally:
             consumer.close()
@@ -141,10 +152,10 @@ def test_commit_of_a_revoked_partition_is_accepted(
         try:
             consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
             seen: list[Message] = []
-            _records(consumer, seen, lambda s=seen: bool(_offsets(s, 1)), 30, "a record of partition 1")
+            _records(consumer, seen, lambda s: bool(_offsets(s, 1)), 30, "a record of partition 1")
             record = next(m for m in seen if m.partition() == 1)
             consumer.incremental_unassign([TopicPartition(topic, 1)])
-            got[flavour] = _shape(outcome(lambda c=consumer, m=record: c.commit(message=m, asynchronous=asynchronous)))
+            got[flavour] = _shape(outcome(partial(consumer.commit, message=record, asynchronous=asynchronous)))
         finally:
             consumer.close()
     assert got["on"] == got["plain"]
@@ -179,16 +190,14 @@ def test_commit_after_a_raising_on_assign_is_accepted(
 
             wait_for(step, 30, 0.001, "records after the raising on_assign")
             last = seen[-1]
-            by_message = outcome(lambda c=consumer, m=last: c.commit(message=m, asynchronous=False))
+            by_message = outcome(partial(consumer.commit, message=last, asynchronous=False))
             by_offsets = outcome(
-                lambda c=consumer, m=last: c.commit(
-                    offsets=[TopicPartition(topic, 0, m.offset() + 1)], asynchronous=False
-                )
+                partial(consumer.commit, offsets=[TopicPartition(topic, 0, offset_of(last) + 1)], asynchronous=False)
             )
             _records(
                 consumer,
                 seen,
-                lambda s=seen: LOG_END - 1 in _offsets(s),
+                lambda s: LOG_END - 1 in _offsets(s),
                 60,
                 f"the end of the lag ({flavour})",
             )
@@ -225,7 +234,7 @@ def test_sync_commit_with_nothing_to_commit_raises_no_offset(
         consumer = make(flavour, base_config(bootstrap, group), tmp_path)
         try:
             consumer.assign([TopicPartition(topic, 0)])
-            got[flavour] = outcome(lambda c=consumer: c.commit(asynchronous=False))
+            got[flavour] = outcome(partial(consumer.commit, asynchronous=False))
         finally:
             consumer.close()
     assert got["plain"].kind == "raise"
@@ -242,7 +251,7 @@ def test_user_metadata_inside_a_range_comes_back_from_committed(
         consumer = make(flavour, base_config(bootstrap, group), tmp_path)
         try:
             consumer.assign([TopicPartition(topic, 0)])
-            _records(consumer, [], lambda: True, 10, "a first call")
+            _records(consumer, [], lambda _: True, 10, "a first call")
             tp = TopicPartition(topic, 0)
             before = consumer.committed([tp], timeout=10)[0]
             consumer.commit(offsets=[TopicPartition(topic, 0, 175, metadata="app: batch 7")], asynchronous=False)
@@ -269,7 +278,7 @@ def test_pause_of_every_partition_stops_backfill_records(
         try:
             consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
             seen: list[Message] = []
-            _records(consumer, seen, lambda s=seen: len(s) >= 20, 30, "the first records")
+            _records(consumer, seen, lambda s: len(s) >= 20, 30, "the first records")
             consumer.pause(consumer.assignment())
             paused: list[Message] = []
             deadline = Deadline(3.0)
@@ -280,7 +289,7 @@ def test_pause_of_every_partition_stops_backfill_records(
             _records(
                 consumer,
                 seen,
-                lambda s=seen, q=paused: all(set(range(COMMITTED, LOG_END)) <= set(_offsets(s + q, p)) for p in (0, 1)),
+                partial(_every_record_in, paused),
                 90,
                 f"every record after resume ({flavour})",
             )
@@ -302,13 +311,13 @@ def test_seek_back_retry_duplicates_like_plain(
         try:
             consumer.assign([TopicPartition(topic, 0)])
             seen: list[Message] = []
-            _records(consumer, seen, lambda s=seen: retry_at in _offsets(s), 30, f"offset {retry_at}")
+            _records(consumer, seen, lambda s: retry_at in _offsets(s), 30, f"offset {retry_at}")
             # the application failed on the record at retry_at and retries from there (plain: seek)
             consumer.seek(TopicPartition(topic, 0, retry_at))
             _records(
                 consumer,
                 seen,
-                lambda s=seen: set(range(COMMITTED, LOG_END)) <= set(_offsets(s)) and _offsets(s).count(retry_at) > 1,
+                lambda s: set(range(COMMITTED, LOG_END)) <= set(_offsets(s)) and _offsets(s).count(retry_at) > 1,
                 60,
                 "every record once more from the retry",
             )
@@ -354,9 +363,7 @@ def test_on_assign_start_offsets_are_honoured(
         try:
             consumer.subscribe([topic], on_assign=on_assign)
             seen: list[Message] = []
-            _records(
-                consumer, seen, lambda s=seen: set(range(first, LOG_END)) <= set(_offsets(s)), 60, "the chosen range"
-            )
+            _records(consumer, seen, lambda s: set(range(first, LOG_END)) <= set(_offsets(s)), 60, "the chosen range")
             _quiet(consumer, seen)
             delivered[flavour] = Counter(_offsets(seen))
         finally:
@@ -413,7 +420,9 @@ def _restart_delivers_the_rest(
     try:
         consumer.subscribe([topic])
         with contextlib.suppress(AssertionError, TimeoutError):  # the assertion below names what is missing
-            _records(consumer, again, lambda: wanted <= processed | set(_offsets(again)), 30, "the unprocessed records")
+            _records(
+                consumer, again, lambda _: wanted <= processed | set(_offsets(again)), 30, "the unprocessed records"
+            )
     finally:
         consumer.close()
     missing = sorted(wanted - processed - set(_offsets(again)))
@@ -445,7 +454,7 @@ def test_consume_over_the_limit_raises_like_plain_and_loses_nothing(
     try:
         consumer.subscribe([topic])
         seen: list[Message] = []
-        _records(consumer, seen, lambda: len([o for o in _offsets(seen) if o < LOG_END]) >= 200, 30, "200 records")
+        _records(consumer, seen, lambda _: len([o for o in _offsets(seen) if o < LOG_END]) >= 200, 30, "200 records")
         processed |= set(_offsets(seen))
         consumer.commit(asynchronous=False)  # what the application processed so far
         bad = outcome(lambda: consumer.consume(num_messages, 0))
@@ -483,7 +492,7 @@ def test_raising_on_revoke_loses_nothing(
     try:
         consumer.subscribe([topic], on_revoke=on_revoke)
         seen: list[Message] = []
-        _records(consumer, seen, lambda: len(seen) >= 200, 30, "200 records")
+        _records(consumer, seen, lambda _: len(seen) >= 200, 30, "200 records")
         processed |= set(_offsets(seen))
         consumer.unsubscribe()  # the revoke runs inside the next consume()
         deadline = Deadline(15)
@@ -514,12 +523,12 @@ def test_plain_consumer_taking_over_after_close_mid_backfill_gets_every_unproces
     try:
         ours.subscribe([topic])
         seen: list[Message] = []
-        _records(ours, seen, lambda: bool(ours.recoveries), 30, "recovery")
+        _records(ours, seen, lambda _: bool(ours.recoveries), 30, "recovery")
         produce(bootstrap, topic, [f"fresh{i}" for i in range(fresh)], partition=0)
         _records(
             ours,
             seen,
-            lambda: (
+            lambda _: (
                 set(range(LOG_END, LOG_END + fresh)) <= set(_offsets(seen))
                 and len([o for o in _offsets(seen) if o < LOG_END]) >= 300
             ),
@@ -578,7 +587,7 @@ def test_stats_cb_runs_on_the_callers_thread_and_a_raise_does_not_stall_backfill
             if flavour == "plain":
                 # plain drops the records of a consume() whose callback raised (confluent-kafka's own
                 # behaviour): its reference is only that reading goes on once the callback stops raising
-                return calls["n"] > 3 and raised >= 1 and len(seen) > 0 and seen[-1].offset() > seen[0].offset()
+                return calls["n"] > 3 and raised >= 1 and len(seen) > 0 and offset_of(seen[-1]) > offset_of(seen[0])
             # mode on: the backfill's records are fastrecover's to deliver (a failed call gives back
             # what it took); a raise must not stall the child for good
             return set(range(COMMITTED, LOG_END)) <= set(_offsets(seen)) and calls["n"] > 3
@@ -632,7 +641,7 @@ def test_logger_runs_on_the_callers_thread(
     try:
         consumer.assign([TopicPartition(topic, 0)])
         seen: list[Message] = []
-        _records(consumer, seen, lambda: set(range(COMMITTED, LOG_END)) <= set(_offsets(seen)), 60, "the lag")
+        _records(consumer, seen, lambda _: set(range(COMMITTED, LOG_END)) <= set(_offsets(seen)), 60, "the lag")
     finally:
         consumer.close()
         logger.removeHandler(recorder)
@@ -662,10 +671,10 @@ def test_set_sasl_credentials_behaves_like_plain_during_a_backfill(
         consumer = make(flavour, base_config(bootstrap, group), tmp_path)
         try:
             consumer.assign([TopicPartition(topic, 0)])
-            _records(consumer, [], lambda: True, 10, "a first call")
-            got[flavour] = _shape(outcome(lambda c=consumer: c.set_sasl_credentials("user", "new-password")))
+            _records(consumer, [], lambda _: True, 10, "a first call")
+            got[flavour] = _shape(outcome(partial(consumer.set_sasl_credentials, "user", "new-password")))
             seen: list[Message] = []
-            _records(consumer, seen, lambda s=seen: len(s) >= 100, 30, "records after the credentials change")
+            _records(consumer, seen, lambda s: len(s) >= 100, 30, "records after the credentials change")
         finally:
             consumer.close()
     assert got["on"] == got["plain"]
@@ -686,10 +695,10 @@ def test_assign_without_a_reachable_broker_returns_promptly(unique_group: str, t
         consumer = make(flavour, conf, tmp_path, **extra)
         try:
             start = time.monotonic()
-            assign = outcome(lambda c=consumer: c.assign([TopicPartition("t", 0)]), deadline_s=15)
+            assign = outcome(partial(consumer.assign, [TopicPartition("t", 0)]), deadline_s=15)
             took[flavour] = time.monotonic() - start
             assert assign.kind == "return", assign
-            assert outcome(lambda c=consumer: c.poll(0), deadline_s=5).kind == "return"
+            assert outcome(partial(consumer.poll, 0), deadline_s=5).kind == "return"
         finally:
             consumer.close()
     # the recovery timeout bounds the wait (two broker round trips at most), plus slack for a busy machine

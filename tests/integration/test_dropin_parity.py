@@ -12,6 +12,7 @@ merged ``committed()``) are tested in test_kip_example.py and test_merged_semant
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def test_argument_check_matches_plain(
     for which in ("plain", flavour):
         consumer = make(which, base_config(bootstrap, f"{unique_group}-{which}"), tmp_path)
         try:
-            results[which] = outcome(lambda c=consumer: ARG_CASES[name](c, topic), deadline_s=5.0)
+            results[which] = outcome(partial(ARG_CASES[name], consumer, topic), deadline_s=5.0)
         finally:
             consumer.close()
     _compare(name, results["plain"], results[flavour], flavour)
@@ -166,9 +167,7 @@ def test_argument_checks_during_backfill_match_plain(
         try:
             consumer.assign([TopicPartition(topic, 0)])
             _first_record(consumer, 30)
-            results[which] = {
-                name: outcome(lambda c=consumer, n=name: ARG_CASES[n](c, topic), 5.0) for name in BACKFILL_CASES
-            }
+            results[which] = {name: outcome(partial(ARG_CASES[name], consumer, topic), 5.0) for name in BACKFILL_CASES}
         finally:
             consumer.close()
     bad = [
@@ -264,9 +263,9 @@ def test_subclass_overrides_run(
         consumer = cls(flavour_config(which, base_config(bootstrap, f"{unique_group}-{which}"), tmp_path))
         try:
             results = [
-                outcome(lambda c=consumer: c.assign([TopicPartition(topic, 0)])),
-                outcome(lambda c=consumer: c.poll(0.1)),
-                outcome(lambda c=consumer: c.unassign()),
+                outcome(partial(consumer.assign, [TopicPartition(topic, 0)])),
+                outcome(partial(consumer.poll, 0.1)),
+                outcome(consumer.unassign),
             ]
             seen[which] = (list(consumer.calls), [(o.kind, o.exc_type, o.message) for o in results])
         finally:
@@ -304,7 +303,7 @@ def test_subclass_without_super_init_is_a_closed_consumer() -> None:
     plain, ours = no_init(confluent_kafka.Consumer), no_init(fastrecover.Consumer)
     bad = []
     for name, call in _METHODS.items():
-        p, o = outcome(lambda c=plain, f=call: f(c, "t")), outcome(lambda c=ours, f=call: f(c, "t"))
+        p, o = outcome(partial(call, plain, "t")), outcome(partial(call, ours, "t"))
         if (p.kind, p.exc_type, p.message) != (o.kind, o.exc_type, o.message):
             bad.append(f"{name}: plain {p}, fastrecover {o}")
     assert not bad, "\n".join(bad)
@@ -326,8 +325,8 @@ def test_methods_after_close_match_plain(flavour: str, bootstrap: str, unique_gr
     for which in ("plain", flavour):
         consumer = make(which, base_config(bootstrap, f"{unique_group}-{which}"), tmp_path)
         consumer.close()
-        got[which] = [f"{n}: {outcome(lambda c=consumer, f=f: f(c, topic))}" for n, f in _METHODS.items()]
-        late = outcome(lambda c=consumer: c.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=True))
+        got[which] = [f"{n}: {outcome(partial(f, consumer, topic))}" for n, f in _METHODS.items()]
+        late = outcome(partial(consumer.commit, offsets=[TopicPartition(topic, 0, 1)], asynchronous=True))
         got[which].append(f"async commit: {late}")
     assert got[flavour] == got["plain"]
 

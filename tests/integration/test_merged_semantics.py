@@ -18,6 +18,7 @@ from tests.integration.helpers import (
     consume_until,
     group_offsets,
     lag_after_crash,
+    offset_of,
     parallel_config,
     poll_until,
 )
@@ -160,9 +161,13 @@ def test_auto_commit_commits_only_records_returned_by_an_earlier_poll(
         consumer.subscribe([topic])
         got: list[Message] = []
         poll_until(
-            consumer, got, lambda: len({m.offset() for m in got if m.offset() < 400}) >= 100, 60, "100 backfill records"
+            consumer,
+            got,
+            lambda: len({offset_of(m) for m in got if offset_of(m) < 400}) >= 100,
+            60,
+            "100 backfill records",
         )
-        last = max(m.offset() for m in got if m.offset() < 400)
+        last = max(offset_of(m) for m in got if offset_of(m) < 400)
         # the store never claims a record the application has not come back from
         (token,) = store.open_ranges(unique_group)
         assert token.progress.committed <= last, "the last returned record is not yet auto-committed"

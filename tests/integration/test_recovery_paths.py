@@ -20,6 +20,7 @@ from tests.integration.helpers import (
     consume_until,
     crash_after_commit,
     lag_after_crash,
+    offset_of,
     parallel_config,
     poll_until,
 )
@@ -60,7 +61,7 @@ def test_child_crash_mid_range_resumes_from_committed(
         assert consumer.recoveries[0].new_ranges == (OffsetRange(20, 1000),)
         poll_until(consumer, got, lambda: consumer.child_restarts >= 1, 60, "the dead child to be restarted")
         # commit what was delivered before the crash was noticed, then drain the rest
-        _commit_all(consumer, [m for m in got if m.offset() < 1000])
+        _commit_all(consumer, [m for m in got if offset_of(m) < 1000])
         poll_until(
             consumer,
             got,
@@ -70,7 +71,7 @@ def test_child_crash_mid_range_resumes_from_committed(
         )
         assert consumer.child_consumer_is_alive()
         assert consumer.children_started == 2
-        _commit_all(consumer, [m for m in got if m.offset() < 1000])
+        _commit_all(consumer, [m for m in got if offset_of(m) < 1000])
         store = open_store(store_url)
         try:
             assert store.open_ranges(unique_group) == []
@@ -133,7 +134,7 @@ def test_process_killed_mid_backfill_resumes_range(
         poll_until(
             again, more, lambda: {m.offset() for m in more} >= set(range(resumed_at, 300)), 60, "the rest of the range"
         )
-        backfilled = sorted(m.offset() for m in more if m.offset() < 300)
+        backfilled = sorted(offset_of(m) for m in more if offset_of(m) < 300)
         assert backfilled[0] == resumed_at, "the range resumes at its committed offset, not its start"
     finally:
         again.close()
@@ -243,7 +244,7 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(
         "the live record and the first backfill records",
     )
     # back-fill only 30..39, then commit the live record (its commit metadata mirrors the open range)
-    _commit_all(first, [m for m in got if 30 <= m.offset() < 40])
+    _commit_all(first, [m for m in got if 30 <= offset_of(m) < 40])
     first.commit(message=next(m for m in got if m.offset() == 200), asynchronous=False)
     assert first._fr is not None
     first._fr.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash: nothing handed back
@@ -266,7 +267,7 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(
         )
         # the mirror is untrusted (issue 11): its committed offset counts nowhere, the range restarts
         # at its start, so 30..39 come again (duplicates after a store loss, never a skip)
-        assert min(m.offset() for m in more) == 30, "restored fresh from the mirrored range's start"
+        assert min(offset_of(m) for m in more) == 30, "restored fresh from the mirrored range's start"
         store = open_store(url)
         try:
             (token,) = store.open_ranges(unique_group)
@@ -293,7 +294,7 @@ def test_retention_gap_is_counted_on_the_token(
         consumer.subscribe([topic])
         got: list[Message] = []
         poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(60, 200)), 60, "the rest")
-        assert min(m.offset() for m in got) == 60
+        assert min(offset_of(m) for m in got) == 60
         _commit_all(consumer, got)
         store = open_store(store_url)
         try:

@@ -23,7 +23,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Engine, make_url
 
-from fastrecover.codec import encode_completed
+from fastrecover.completion_map import encode_completed
 from fastrecover.errors import (
     CorruptTokenError,
     FencedError,

@@ -20,7 +20,7 @@ from fastrecover.cli import main
 from fastrecover.config import Settings, split_config
 from fastrecover.errors import FastRecoverError
 from fastrecover.store import build_engine, mask_url, open_store
-from fastrecover.store.sql import has_secret, url_for_child
+from fastrecover.store.engine import has_secret, url_for_child
 from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver
 from tests.integration.helpers import parallel_config
 

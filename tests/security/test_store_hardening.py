@@ -15,11 +15,11 @@ from sqlalchemy import text
 
 from fastrecover import Consumer
 from fastrecover.cli import main
-from fastrecover.errors import ConfigError, StoreError, StoreUnavailableError
+from fastrecover.errors import ConfigError, InvalidValueError, StoreCorruptError, StoreError, StoreUnavailableError
 from fastrecover.ranges import RangeProgress
-from fastrecover.store import open_store, upgrade
+from fastrecover.store import ProgressUpdate, open_store, upgrade
+from fastrecover.store.checks import BIGINT_MAX
 from fastrecover.store.schema import _UPGRADE_LOCK_KEY, SchemaLockTimeoutError
-from fastrecover.store.sql import BIGINT_MAX, InvalidValueError, ProgressUpdate, StoreCorruptError
 from fastrecover_tools.testing.broker import produce
 from tests.integration.helpers import parallel_config
 

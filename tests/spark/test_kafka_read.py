@@ -13,6 +13,7 @@ from fastrecover.spark.offsets import LogBounds, Piece
 from fastrecover.spark.source import arrow_schema
 from fastrecover.tokens import TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
+from tests.fixtures.broker import TopicFactory
 
 pytestmark = [pytest.mark.integration]
 
@@ -26,7 +27,7 @@ def read_offsets(bootstrap: str, pieces: list[Piece], *, fail_on_data_loss: bool
     return out
 
 
-def test_reads_exactly_the_pieces_with_the_source_schema(bootstrap: str, topic_factory) -> None:
+def test_reads_exactly_the_pieces_with_the_source_schema(bootstrap: str, topic_factory: TopicFactory) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"v{i}" for i in range(50)], partition=0, key=b"k")
     pieces = [Piece(topic, 0, 40, 45, False), Piece(topic, 0, 3, 7, True)]
@@ -43,7 +44,9 @@ def test_reads_exactly_the_pieces_with_the_source_schema(bootstrap: str, topic_f
     }
 
 
-def test_transaction_markers_inside_and_at_the_end_of_a_piece_are_passed(bootstrap: str, topic_factory) -> None:
+def test_transaction_markers_inside_and_at_the_end_of_a_piece_are_passed(
+    bootstrap: str, topic_factory: TopicFactory
+) -> None:
     topic = topic_factory(partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
     producer.init_transactions(30)
@@ -63,7 +66,7 @@ def test_transaction_markers_inside_and_at_the_end_of_a_piece_are_passed(bootstr
     assert got == [0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13]
 
 
-def test_records_lost_to_retention_follow_fail_on_data_loss(bootstrap: str, topic_factory) -> None:
+def test_records_lost_to_retention_follow_fail_on_data_loss(bootstrap: str, topic_factory: TopicFactory) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"v{i}" for i in range(30)], partition=0)
     admin = AdminClient({"bootstrap.servers": bootstrap})

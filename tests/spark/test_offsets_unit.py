@@ -1,4 +1,5 @@
-"""The streaming source's offset model (fastrecover.spark.offsets): pure, no Spark, no broker."""
+"""The streaming source's offset model and batch planning (fastrecover.spark.offsets, .planning): pure,
+no Spark, no broker."""
 
 from __future__ import annotations
 
@@ -16,16 +17,18 @@ from fastrecover.spark.offsets import (
     PartitionState,
     Piece,
     SourceOffset,
+    batch_pieces,
+    delivered,
+    lost_between,
+    pending_total,
+)
+from fastrecover.spark.planning import (
     advance_live,
     apply_jumps,
-    batch_pieces,
     chunk_tasks,
-    delivered,
     discover,
     has_fresh,
     initial_offset,
-    lost_between,
-    pending_total,
     plan_next,
     recovery_jumps,
     take_backfill,

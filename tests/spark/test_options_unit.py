@@ -10,16 +10,9 @@ from hypothesis import strategies as st
 from fastrecover.errors import ConfigError
 from fastrecover.spark.jvm import layers
 from fastrecover.spark.kafka import RANGE_READ_DEFAULTS, _merged
-from fastrecover.spark.offsets import (
-    LogBounds,
-    PartitionState,
-    Piece,
-    SourceOffset,
-    advance_live,
-    chunk_tasks,
-    initial_offset,
-)
+from fastrecover.spark.offsets import LogBounds, PartitionState, Piece, SourceOffset
 from fastrecover.spark.options import parse_ranges_options, parse_source_options
+from fastrecover.spark.planning import advance_live, chunk_tasks, initial_offset
 from fastrecover.tokens import TopicPartitionKey as K
 
 BASE = {"kafka.bootstrap.servers": "b:9092", "fastrecover.query": "q"}

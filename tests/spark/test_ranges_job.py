@@ -16,6 +16,8 @@ from fastrecover.store import open_store
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
+from tests.fixtures.broker import TopicFactory
+from tests.integration.helpers import offset_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -43,7 +45,7 @@ def commit_at(bootstrap: str, group: str, topic: str, offset: int) -> None:
 
 
 def test_a_spark_job_drains_a_consumers_open_ranges_and_hands_them_back_done(
-    spark: SparkSession, bootstrap: str, topic_factory, unique_group: str, store_url: str
+    spark: SparkSession, bootstrap: str, topic_factory: TopicFactory, unique_group: str, store_url: str
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"done-{i}" for i in range(100)], partition=0)
@@ -58,7 +60,7 @@ def test_a_spark_job_drains_a_consumers_open_ranges_and_hands_them_back_done(
     def holds_and_delivered() -> bool:
         msg = consumer.poll(0.2)
         if msg is not None and msg.error() is None:
-            delivered.append(msg.offset())
+            delivered.append(offset_of(msg))
         return bool(consumer.backfill_progress()) and bool(delivered)
 
     wait_for(holds_and_delivered, 60, 0.01, "the consumer to open a range and backfill a record")
@@ -106,7 +108,7 @@ def test_a_spark_job_drains_a_consumers_open_ranges_and_hands_them_back_done(
     def recovered() -> bool:
         msg = successor.poll(0.2)
         if msg is not None and msg.error() is None:
-            seen.append(msg.offset())
+            seen.append(offset_of(msg))
         return bool(successor.recoveries)
 
     # (The fresh record is produced after the successor's recovery: produced before it, it would fall
@@ -117,7 +119,7 @@ def test_a_spark_job_drains_a_consumers_open_ranges_and_hands_them_back_done(
     def got_fresh() -> bool:
         msg = successor.poll(0.2)
         if msg is not None and msg.error() is None:
-            seen.append(msg.offset())
+            seen.append(offset_of(msg))
         return 2100 in seen
 
     try:

@@ -15,6 +15,7 @@ from fastrecover.store import open_store
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import Record, produce
 from fastrecover_tools.testing.waiting import wait_for
+from tests.fixtures.broker import TopicFactory
 from tests.spark.helpers import (
     Sink,
     checkpoint_offset,
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
 def test_restart_after_a_lag_delivers_fresh_records_first_then_the_whole_lag(
-    spark: SparkSession, bootstrap: str, topic_factory, spark_store_url: str, tmp_path: Path
+    spark: SparkSession, bootstrap: str, topic_factory: TopicFactory, spark_store_url: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(partitions=2)
     checkpoint = tmp_path / "checkpoint"
@@ -98,7 +99,7 @@ def test_restart_after_a_lag_delivers_fresh_records_first_then_the_whole_lag(
 
 
 def test_a_task_failure_mid_batch_replays_the_same_records(
-    spark: SparkSession, bootstrap: str, topic_factory, spark_store_url: str, tmp_path: Path
+    spark: SparkSession, bootstrap: str, topic_factory: TopicFactory, spark_store_url: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r-{i}" for i in range(600)])
@@ -136,7 +137,7 @@ def test_a_task_failure_mid_batch_replays_the_same_records(
 
 
 def test_a_failed_batch_is_replayed_identically_after_a_restart_and_available_now_drains_and_stops(
-    spark: SparkSession, bootstrap: str, topic_factory, spark_store_url: str, tmp_path: Path
+    spark: SparkSession, bootstrap: str, topic_factory: TopicFactory, spark_store_url: str, tmp_path: Path
 ) -> None:
     topic = topic_factory(partitions=2)
     checkpoint = tmp_path / "checkpoint"

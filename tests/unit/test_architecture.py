@@ -31,7 +31,22 @@ PACKAGE = REPO / "fastrecover"
 
 PURE = frozenset(
     f"fastrecover.{name}"
-    for name in ("ranges", "codec", "recovery", "tokens", "book", "config", "errors", "hooks", "primary", "metrics")
+    for name in (
+        "ranges",
+        "completion_map",
+        "codec",
+        "recovery",
+        "tokens",
+        "book",
+        "config",
+        "errors",
+        "hooks",
+        "primary",
+        "metrics",
+        "spark.offsets",
+        "spark.planning",
+        "spark.client_conf",
+    )
 )
 
 #: Standard-library modules that compute and touch nothing outside the process.
@@ -68,7 +83,7 @@ PURE_ALLOWANCES: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         frozenset({"*"}),
         "os.getcwd()/os.path.join for the default SQLite file, resolved when the config is parsed",
     ),
-    ("fastrecover.config", "fastrecover.store.sql"): (
+    ("fastrecover.config", "fastrecover.store.engine"): (
         frozenset({"mask_url"}),
         "lazy, on the error path only: a bad store URL is reported with its password masked",
     ),
@@ -81,11 +96,13 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover", "fastrecover.consumer"),  # PEP 562: Consumer is imported on first use
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),
-        ("fastrecover.config", "fastrecover.store.sql"),
+        ("fastrecover.config", "fastrecover.store.engine"),
         ("fastrecover.spark", "fastrecover.spark.ranges"),
         ("fastrecover.spark", "fastrecover.spark.source"),
         ("fastrecover.spark", "importlib"),
         ("fastrecover.spark", "pyspark"),
+        ("fastrecover.spark.commit_mirror", "fastrecover.errors"),  # the real classes, not by-value copies
+        ("fastrecover.spark.commit_mirror", "fastrecover.spark.offsets"),
         ("fastrecover.spark.jvm", "fastrecover.spark.state"),
         ("fastrecover.spark.jvm", "fastrecover.store"),
         ("fastrecover.spark.jvm", "os"),
@@ -95,9 +112,7 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover.spark.kafka", "confluent_kafka.admin"),
         ("fastrecover.spark.kafka", "pyarrow"),
         ("fastrecover.spark.options", "os"),
-        ("fastrecover.spark.source", "fastrecover.errors"),
         ("fastrecover.spark.source", "fastrecover.spark.kafka"),
-        ("fastrecover.spark.source", "fastrecover.spark.offsets"),
         ("fastrecover.spark.source", "fastrecover.spark.state"),
         ("fastrecover.spark.source", "fastrecover.store"),
         ("fastrecover.spark.source", "pyspark.sql.pandas.types"),

@@ -1,4 +1,4 @@
-"""Unit and property tests of the completion-map and commit-metadata mirror codecs."""
+"""Unit and property tests of the completion-map and commit-metadata mirror codecs (completion_map, codec)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastrecover.codec import (
-    MIRROR_LIMIT,
-    decode_completed,
-    decode_mirror,
-    encode_completed,
-    encode_mirror,
-    is_mirror,
-)
+from fastrecover.codec import MIRROR_LIMIT, decode_mirror, encode_mirror, is_mirror
+from fastrecover.completion_map import decode_completed, encode_completed
 from fastrecover.errors import CodecError, FastRecoverError
 from fastrecover.ranges import RangeProgress
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastrecover.codec import encode_completed
+from fastrecover.completion_map import encode_completed
 from fastrecover.errors import CorruptTokenError
 from fastrecover.ranges import RangeProgress
 from fastrecover.store import mask_url

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastrecover.store.sql import mask_url
+from fastrecover.store.engine import mask_url
 from fastrecover_tools.testing.worker import STALL_POINTS
 
 log = logging.getLogger("fastrecover_tools.chaos")

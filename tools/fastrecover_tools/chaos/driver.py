@@ -45,7 +45,7 @@ import fastrecover
 import fastrecover_tools
 from fastrecover.errors import StoreError
 from fastrecover.store import open_store
-from fastrecover.store.sql import mask_url, url_for_child
+from fastrecover.store.engine import mask_url, url_for_child
 from fastrecover.tokens import Token
 from fastrecover_tools.chaos.checker import (
     Incarnation,

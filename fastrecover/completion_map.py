@@ -1,0 +1,183 @@
+"""Completion maps: the offsets finished out of order above a range's committed offset, as short ASCII.
+
+A range's progress is its committed offset plus the set of offsets above it
+that finished out of order; that set is stored in the token row and carried in
+the commit-metadata mirror (:mod:`fastrecover.codec`), so it must be short
+text.  Like the Confluent Parallel Consumer we encode it both as a bitset and
+as run lengths, keep the smaller, compress with zstd when that pays, and base64
+the result.  Decoding is strict and bounded: a malformed map raises
+``CodecError`` rather than yielding a wrong set (a wrong set could skip
+records), and every size is checked before anything proportional to it is
+allocated, since a mirror's maps are untrusted input.  Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Sequence
+
+import zstandard
+
+from fastrecover.errors import CodecError
+
+_VERSION = "1"
+#: zstd level of completion maps and mirrors: fast, and these payloads are small.
+ZSTD_LEVEL = 3
+#: Decompressed-size cap of a completion map read from the store (a trusted, operator-owned input).
+_MAX_DECOMPRESSED = 16 * 1024 * 1024
+
+
+def _varint(n: int, out: bytearray) -> None:
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return
+
+
+def _read_varints(data: bytes) -> list[int]:
+    values: list[int] = []
+    value = shift = 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        if byte & 0x80:
+            shift += 7
+            if shift > 63:
+                raise CodecError("varint too long in run-length completion map")
+        else:
+            values.append(value)
+            value = shift = 0
+    if shift:
+        raise CodecError("truncated varint in run-length completion map")
+    return values
+
+
+def decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:
+    """zstd-decompress at most ``limit`` bytes.
+
+    ``max_output_size`` only applies to frames that do not declare their size, so a
+    frame declaring a huge content size is refused here before anything is allocated.
+    A frame that declares a small size but holds more is refused by the decompressor.
+    """
+    size = zstandard.frame_content_size(raw)
+    if size > limit:
+        raise CodecError(f"zstd payload declares {size} bytes, more than the {limit} allowed")
+    data: bytes = zstandard.ZstdDecompressor().decompress(raw, max_output_size=limit)
+    if len(data) > limit:  # pragma: no cover - the decompressor enforces max_output_size
+        raise CodecError(f"zstd payload decompresses to more than the {limit} bytes allowed")
+    return data
+
+
+def _bitset(deltas: Sequence[int]) -> bytes:
+    bits = bytearray((deltas[-1] // 8) + 1)
+    for d in deltas:
+        bits[d >> 3] |= 1 << (d & 7)
+    return bytes(bits)
+
+
+def _runs(deltas: Sequence[int]) -> bytes:
+    """Alternating run lengths: not-done, done, not-done, done, ..."""
+    out = bytearray()
+    cursor = 0
+    i = 0
+    while i < len(deltas):
+        j = i
+        while j + 1 < len(deltas) and deltas[j + 1] == deltas[j] + 1:
+            j += 1
+        _varint(deltas[i] - cursor, out)
+        _varint(j - i + 1, out)
+        cursor = deltas[j] + 1
+        i = j + 1
+    return bytes(out)
+
+
+def encode_completed(committed: int, completed: Iterable[int]) -> str:
+    """Encode offsets (all > committed) relative to ``committed + 1``; '' when empty."""
+    deltas = sorted({o - committed - 1 for o in completed})
+    if not deltas:
+        return ""
+    if deltas[0] < 0:
+        raise ValueError(f"completed offset {deltas[0] + committed + 1} is not above committed {committed}")
+    tag, raw = "r", _runs(deltas)
+    # The bitset's size is known up front: only build it when it is the smaller one,
+    # so a lone offset far above committed does not allocate a gigantic bitset.
+    if deltas[-1] // 8 + 1 <= len(raw):
+        tag, raw = "b", _bitset(deltas)
+    packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+    if len(packed) < len(raw):
+        tag, raw = tag.upper(), packed
+    return _VERSION + tag + base64.b64encode(raw).decode("ascii")
+
+
+def decode_completed(
+    committed: int,
+    text: str,
+    end: int | None = None,
+    *,
+    max_offsets: int | None = None,
+    max_bytes: int = _MAX_DECOMPRESSED,
+) -> frozenset[int]:
+    """Inverse of :func:`encode_completed`; raises ``CodecError`` on anything malformed.
+
+    With ``end`` (the range's end), an offset at or beyond it is malformed too.
+    ``max_offsets`` caps how many offsets the map may hold and ``max_bytes`` the
+    decompressed payload.  Every check runs *before* a run or a bitset is
+    expanded, so a corrupt or hostile map cannot make the decoder build a set
+    larger than the caps.
+    """
+    if not text:
+        return frozenset()
+    if not isinstance(text, str) or len(text) < 2 or text[0] != _VERSION or text[1] not in "bBrR":
+        raise CodecError(f"unknown completion-map encoding {str(text)[:8]!r}")
+    tag = text[1]
+    try:
+        raw = base64.b64decode(text[2:], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CodecError(f"completion map is not valid base64: {text[:16]!r}...") from exc
+    if tag.isupper():
+        try:
+            raw = decompress(raw, max_bytes)
+        except zstandard.ZstdError as exc:
+            raise CodecError("completion map zstd payload is corrupt") from exc
+    elif len(raw) > max_bytes:
+        raise CodecError(f"completion map of {len(raw)} bytes is larger than the {max_bytes} allowed")
+    base = committed + 1
+    if tag.lower() == "b":
+        if not raw:
+            raise CodecError("completion-map bitset is empty")
+        if end is not None and base + ((len(raw) - 1) << 3) >= end:
+            raise CodecError(f"completion-map bitset of {len(raw)} bytes reaches beyond the range end {end}")
+        count = int.from_bytes(raw, "little").bit_count()
+        if max_offsets is not None and count > max_offsets:
+            raise CodecError(f"completion map holds {count} offsets, more than the {max_offsets} allowed")
+        offsets = {base + (i << 3) + bit for i, byte in enumerate(raw) if byte for bit in range(8) if byte >> bit & 1}
+        if end is not None and offsets and max(offsets) >= end:
+            raise CodecError(f"completion map holds offset {max(offsets)} beyond the range end {end}")
+    else:
+        values = _read_varints(raw)
+        if len(values) % 2:
+            raise CodecError("run-length completion map has an odd number of runs")
+        runs: list[tuple[int, int]] = []
+        total = 0
+        cursor = base
+        for gap, length in zip(values[::2], values[1::2], strict=True):
+            if length == 0:
+                raise CodecError("run-length completion map has an empty run")
+            cursor += gap
+            if end is not None and cursor + length > end:
+                raise CodecError(f"completion map run reaches offset {cursor + length - 1} beyond the range end {end}")
+            total += length
+            if max_offsets is not None and total > max_offsets:
+                raise CodecError(f"completion map holds more than the {max_offsets} offsets allowed")
+            runs.append((cursor, length))
+            cursor += length
+        offsets = set()
+        for first, length in runs:
+            offsets.update(range(first, first + length))
+    if not offsets:
+        raise CodecError("completion map decodes to an empty set")
+    return frozenset(offsets)

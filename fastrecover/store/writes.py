@@ -1,0 +1,207 @@
+"""The range store's write statements, run on a connection the caller's transaction holds.
+
+:class:`~fastrecover.store.sql.RangeStore` owns transactions, thread safety and
+the public API; this module owns what happens to the rows inside one write
+transaction.  Every write that depends on what a row holds is *fenced*: it
+applies only while the caller's ``(owner, epoch)`` is still the row's, under
+the rows' locks, so a stale holder that lost a range can never overwrite its
+successor's progress.  The fault points (:mod:`fastrecover.hooks`) fire here,
+at the moment the locks are held and nothing is written yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from fastrecover import hooks
+from fastrecover.completion_map import encode_completed
+from fastrecover.ranges import RangeProgress
+from fastrecover.store.checks import INT_MAX, check_int, check_name, check_progress
+from fastrecover.store.models import RangeRow, merge_progress, token_from_row
+from fastrecover.tokens import Token, TokenState
+
+#: The ranges table, as SQLAlchemy Core sees it.
+TABLE = cast(Table, RangeRow.__table__)
+#: The natural key of a range (``uq_fastrecover_ranges_key``): creating a range is idempotent on it.
+_KEY_COLUMNS = ("group_id", "topic", "partition", "start_offset")
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressUpdate:
+    """One range's new progress, written only if ``(owner, epoch)`` still holds it.
+
+    ``skipped`` is the range's total of records lost to retention (not a delta);
+    None leaves the stored count unchanged.
+    """
+
+    token_id: int
+    owner: str
+    epoch: int
+    progress: RangeProgress
+    skipped: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """Outcome of a batch: the tokens as now stored, and the ids whose holder was fenced."""
+
+    tokens: list[Token] = field(default_factory=list)
+    fenced: list[int] = field(default_factory=list)
+
+
+def now() -> datetime:
+    """The time stamp of a write (UTC: the store is shared across time zones)."""
+    return datetime.now(timezone.utc)
+
+
+def check_updates(updates: Sequence[ProgressUpdate]) -> None:
+    """Refuse a malformed batch before its transaction starts, so nothing of it is written."""
+    for u in updates:
+        if not isinstance(u, ProgressUpdate) or not isinstance(u.progress, RangeProgress):
+            raise ValueError(f"expected ProgressUpdate with a RangeProgress, got {u!r}")
+        check_int("token id", u.token_id, 1)
+        check_progress(f"range #{u.token_id}", u.progress)
+        check_int(f"epoch of range #{u.token_id}", u.epoch, 0, INT_MAX)
+        check_name(f"owner of range #{u.token_id}", u.owner)
+        if u.skipped is not None:
+            check_int(f"skipped of range #{u.token_id}", u.skipped)
+
+
+def insert_range(
+    conn: Connection, group: str, topic: str, partition: int, start: int, end: int, owner: str | None
+) -> Mapping[Any, Any]:
+    """Insert a new range at epoch 1 unless its key exists; the row as stored either way.
+
+    Idempotent on the key so recovery can be re-run after a crash between deciding and
+    recording.  An empty range (start == end) is inserted as already done.
+    """
+    stamp = now()
+    done = start == end
+    values: dict[str, Any] = {
+        "group_id": group,
+        "topic": topic,
+        "partition": partition,
+        "start_offset": start,
+        "end_offset": end,
+        "committed_offset": start,
+        "completed": "",
+        "skipped": 0,
+        "owner": owner,
+        "epoch": 1,
+        "state": (TokenState.DONE if done else TokenState.OPEN).value,
+        "created_at": stamp,
+        "updated_at": stamp,
+        "finished_at": stamp if done else None,
+    }
+    _insert_ignore(conn, values)
+    hooks.fire("token-write")  # fault point: inserted, not yet committed
+    key = and_(*(TABLE.c[k] == values[k] for k in _KEY_COLUMNS))
+    return conn.execute(select(TABLE).where(key)).mappings().one()
+
+
+def _insert_ignore(conn: Connection, values: Mapping[str, Any]) -> None:
+    """Insert unless a row with the same key exists (ON CONFLICT DO NOTHING where the dialect has it)."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        conn.execute(pg_insert(TABLE).values(**values).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key"))
+    elif dialect == "sqlite":
+        conn.execute(sqlite_insert(TABLE).values(**values).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS)))
+    else:
+        try:
+            with conn.begin_nested():
+                conn.execute(TABLE.insert().values(**values))
+        except IntegrityError:
+            pass  # the row exists; the caller reads it back
+
+
+def locked_rows(conn: Connection, ids: Sequence[int]) -> dict[int, Mapping[Any, Any]]:
+    """The rows with these ids, locked until the transaction ends; missing ids are absent."""
+    # FOR UPDATE in id order (PostgreSQL) so concurrent batches cannot deadlock;
+    # SQLite ignores it and is already serialized by BEGIN IMMEDIATE.
+    stmt = select(TABLE).where(TABLE.c.id.in_(sorted(set(ids)))).order_by(TABLE.c.id).with_for_update()
+    return {int(r["id"]): r for r in conn.execute(stmt).mappings()}
+
+
+def claim_rows(conn: Connection, ids: Sequence[int], owner: str) -> tuple[list[Token], int]:
+    """Bump the epoch of the open ranges among ``ids`` and make ``owner`` their holder.
+
+    Returns the tokens as now stored (done ones unchanged, missing ids left out), in id
+    order, and how many were claimed.  A corrupt row raises CorruptTokenError before
+    anything is written: a corrupt range must not be handed out.
+    """
+    rows = locked_rows(conn, ids)
+    hooks.fire("claim")  # fault point: row locks held, nothing written yet
+    open_ids = [i for i in sorted(rows) if token_from_row(rows[i]).is_open]
+    if open_ids:
+        conn.execute(
+            update(TABLE)
+            .where(TABLE.c.id.in_(open_ids), TABLE.c.state == TokenState.OPEN.value)
+            .values(epoch=TABLE.c.epoch + 1, owner=owner, updated_at=now())
+        )
+    if not rows:
+        return [], 0
+    fresh = conn.execute(select(TABLE).where(TABLE.c.id.in_(sorted(rows)))).mappings().all()
+    return sorted((token_from_row(r) for r in fresh), key=lambda t: t.id), len(open_ids)
+
+
+def apply_progress(conn: Connection, updates: Sequence[ProgressUpdate]) -> CommitResult:
+    """Write a checked batch of progress; a fenced update is reported in the result, not raised.
+
+    The stored offset never moves backwards: a stale (re-ordered) update is merged
+    into what is stored.  An update whose range does not match the stored one is a
+    caller bug: ValueError, which rolls the caller's transaction back.
+    """
+    result = CommitResult()
+    rows = locked_rows(conn, [u.token_id for u in updates])
+    hooks.fire("store-commit")  # fault point: row locks held, nothing written yet
+    current: dict[int, Token] = {}
+    for u in updates:
+        if u.token_id not in rows:
+            result.fenced.append(u.token_id)
+            continue
+        token = current.get(u.token_id) or token_from_row(rows[u.token_id])
+        stored, new = token.progress, u.progress
+        if (new.start, new.end) != (stored.start, stored.end):
+            raise ValueError(
+                f"progress for range #{u.token_id} covers [{new.start}, {new.end}) "
+                f"but the stored range is [{stored.start}, {stored.end})"
+            )
+        if (token.owner, token.epoch) != (u.owner, u.epoch) or not token.is_open:
+            result.fenced.append(u.token_id)
+            continue
+        merged = merge_progress(stored, new)
+        skipped = token.skipped if u.skipped is None else max(token.skipped, u.skipped)
+        after = token.with_progress(merged, skipped)
+        stamp = now()
+        res = conn.execute(
+            update(TABLE)
+            .where(
+                TABLE.c.id == u.token_id,
+                TABLE.c.owner == u.owner,
+                TABLE.c.epoch == u.epoch,
+                TABLE.c.state == TokenState.OPEN.value,
+            )
+            .values(
+                committed_offset=merged.committed,
+                completed=encode_completed(merged.committed, merged.completed),
+                skipped=skipped,
+                state=after.state.value,
+                updated_at=stamp,
+                finished_at=stamp if not after.is_open else None,
+            )
+        )
+        if res.rowcount != 1:  # only possible without row locks (other dialects)
+            result.fenced.append(u.token_id)
+            continue
+        current[u.token_id] = after
+        result.tokens.append(after)
+    return result
