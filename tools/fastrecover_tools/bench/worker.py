@@ -126,7 +126,6 @@ def run(argv: list[str] | None = None) -> int:
         **consumer_config(args.pattern),
     }
     consumer: Any
-    hooked = False
     if args.mode == "fastrecover":
         from fastrecover.consumer import Consumer
 
@@ -135,15 +134,6 @@ def run(argv: list[str] | None = None) -> int:
         if store_url:
             config["fastrecover.store.url"] = store_url
         consumer = Consumer(config)
-        recover = getattr(consumer, "_recover", None)
-        if recover is not None:  # bench instrumentation: time the group join apart from the recovery
-
-            def timed_recover(partitions: list[Any]) -> Any:
-                _emit("joined", partitions=len(partitions))
-                return recover(partitions)
-
-            consumer._recover = timed_recover
-            hooked = True
     else:
         consumer = PlainConsumer(config)
     base_rss = rss_mib()
@@ -165,11 +155,19 @@ def run(argv: list[str] | None = None) -> int:
 
     assignments: list[int] = []  # more than one: the run rebalanced (and may count redelivered records)
 
+    # "joined": the application's on_assign (it runs before fastrecover's recovery); "assigned": the
+    # consumer is ready to deliver (plain: the same moment; fastrecover: its recovery has run, which
+    # the first consume() returning after the assignment shows in consumer.recoveries)
+    pending_recovery: list[list[list[int]]] = []
+
     def on_assign(_c: Any, partitions: list[Any]) -> None:
         assignments.append(len(partitions))
-        if args.mode == "plain" or not hooked:
-            _emit("joined", partitions=len(partitions))
-        _emit("assigned", partitions=[[tp.partition, tp.offset] for tp in partitions])
+        _emit("joined", partitions=len(partitions))
+        placed = [[tp.partition, tp.offset] for tp in partitions]
+        if args.mode == "plain":
+            _emit("assigned", partitions=placed)
+        else:
+            pending_recovery.append(placed)
 
     on_message, on_batch = hooks(consumer, args.pattern)
     profiler = profiling.start()
@@ -180,6 +178,9 @@ def run(argv: list[str] | None = None) -> int:
     work_s = args.work_us / 1e6
     while not stop.is_set():
         batch = consumer.consume(args.batch, 0.1)
+        if pending_recovery and (batch or len(consumer.recoveries) >= sum(map(len, pending_recovery))):
+            _emit("assigned", partitions=[p for placed in pending_recovery for p in placed])
+            pending_recovery.clear()
         for msg in batch:
             if msg.error() is not None:
                 continue
