@@ -37,7 +37,8 @@ STATUS_HEADER = (
     "STATE",
 )
 WATCH_HEADER = ("GROUP", "TOPIC", "PART", "ID", "PROGRESS", "REMAINING", "RATE", "ETA", "RANGE", "OWNER", "STATE")
-_RIGHT_ALIGNED = frozenset({"PART", "ID", "COMMITTED", "PROGRESS", "REMAINING", "SKIPPED", "EPOCH", "RATE", "ETA"})
+_RIGHT_ALIGNED = frozenset({"PART", "ID", "COMMITTED", "PROGRESS", "REMAINING", "SKIPPED", "EPOCH"})
+_WATCH_RIGHT_ALIGNED = frozenset({"PART", "ID", "REMAINING", "RATE", "ETA"})  # the bars line up on the left
 
 #: Shown where an estimate is not known yet (first refresh, or no progress in the window).
 UNKNOWN = "—"
@@ -244,7 +245,7 @@ def format_watch(
             hidden = len(rows) - shown
             rows = rows[:shown]
     lines = [title, ""]
-    lines += format_table(WATCH_HEADER, rows, _RIGHT_ALIGNED).splitlines() if ordered else ["no ranges" + scope]
+    lines += format_table(WATCH_HEADER, rows, _WATCH_RIGHT_ALIGNED).splitlines() if ordered else ["no ranges" + scope]
     if hidden:
         lines.append(f"... {hidden} more range(s) not shown (a taller terminal shows them)")
     lines += ["", *footer]

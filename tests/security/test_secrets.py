@@ -159,7 +159,7 @@ def test_demo_prints_a_masked_url(
 
     def fake_story(bootstrap: str, **kwargs: Any) -> demo.DemoResult:
         calls.append(kwargs)
-        return demo.DemoResult("x", "x", 0, 1.0, None, 0, 0, 0, 0, None)
+        return demo.DemoResult("x", "x", 0, 1.0, None, None, 0, 0, 0, 0, None)
 
     monkeypatch.setattr(demo, "_broker", fake_broker)
     monkeypatch.setattr(demo, "run_story", fake_story)
