@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fastrecover.codec import encode_mirror
+from fastrecover.codec import decode_mirror, encode_mirror
+from fastrecover.errors import CodecError
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
 
@@ -61,6 +62,18 @@ class Held:
         return self.pending != self.token.progress or self.skipped != self.token.skipped
 
 
+def _mirror_is_exact(text: str, ranges: list[RangeProgress], key: bytes | None, context: str) -> bool:
+    """Whether the mirror says everything the book holds (no maps dropped, no ranges merged)."""
+    try:
+        return decode_mirror(text, key=key, context=context) == sorted((r for r in ranges if not r.done), key=_start)
+    except CodecError:
+        return False
+
+
+def _start(r: RangeProgress) -> int:
+    return r.start
+
+
 def mirror_context(group: str, key: TopicPartitionKey) -> str:
     """What a signed mirror is bound to: it is valid for this group's partition only."""
     return f"{group}/{key.topic}/{key.partition}"
@@ -77,6 +90,8 @@ class RangeBook:
         self._mirror: dict[TopicPartitionKey, str] = {}
         self._spans: dict[TopicPartitionKey, list[tuple[int, OffsetRange]]] = {}
         self._next_parked_id = -1
+        #: mirrors that had to leave out completion maps or merge ranges (re-delivery on a fallback)
+        self.mirror_degradations = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -228,8 +243,12 @@ class RangeBook:
         """Commit-metadata text of a partition's open ranges (cached until they change)."""
         text = self._mirror.get(key)
         if text is None:
-            text = encode_mirror(self.open_durable(key), key=self._mirror_key, context=mirror_context(self._group, key))
+            ranges = self.open_durable(key)
+            context = mirror_context(self._group, key)
+            text = encode_mirror(ranges, key=self._mirror_key, context=context)
             self._mirror[key] = text
+            if text and not _mirror_is_exact(text, ranges, self._mirror_key, context):
+                self.mirror_degradations += 1
         return text
 
     def works(self, ids: Iterable[int] | None = None) -> list[RangeWork]:

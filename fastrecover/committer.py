@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from fastrecover.book import Held, RangeBook
 from fastrecover.errors import FencedError, StoreError, StoreUnavailableError
+from fastrecover.metrics import LatencyRecorder
 from fastrecover.store import CommitResult, ProgressUpdate, RangeStore, open_store
 from fastrecover.tokens import TopicPartitionKey
 
@@ -82,6 +83,21 @@ class _Job:
     result: CommitResult | None = None
     error: StoreError | None = None
     done: threading.Event | None = None
+    seconds: float = 0.0  # how long the store transaction took
+
+
+def _run_job(store: RangeStore, job: _Job) -> None:
+    """One store transaction for ``job``: its result or its error, and how long it took."""
+    began = time.perf_counter()
+    try:
+        job.result = store.commit_progress(job.updates)
+    except StoreError as exc:
+        job.error = exc
+    except Exception as exc:  # never let a job go unanswered (the writer thread must not die)
+        job.error = StoreError(f"range commit failed: {exc!r}")
+        job.error.__cause__ = exc
+    finally:
+        job.seconds = time.perf_counter() - began
 
 
 class _Writer:
@@ -103,12 +119,7 @@ class _Writer:
                 return
             store, job = item
             try:
-                job.result = store.commit_progress(job.updates)
-            except StoreError as exc:
-                job.error = exc
-            except Exception as exc:  # never let the writer die with a job unanswered
-                job.error = StoreError(f"range commit failed: {exc!r}")
-                job.error.__cause__ = exc
+                _run_job(store, job)
             finally:
                 assert job.done is not None
                 job.done.set()
@@ -144,6 +155,9 @@ class RangeCommitter:
         self.finished_keys: set[TopicPartitionKey] = set()
         self.commits = 0
         self.failures = 0
+        self.ranges_done = 0
+        self.fencings = 0
+        self.latency = LatencyRecorder()
 
     # ---- write-behind ------------------------------------------------------------------------
 
@@ -192,10 +206,7 @@ class RangeCommitter:
                 raise err
             return []
         job = _Job(updates)
-        try:
-            job.result = store.commit_progress(updates)
-        except StoreError as exc:
-            job.error = exc
+        _run_job(store, job)
         return self._apply(job, raise_errors=raise_errors)
 
     def _updates(self, keys: Iterable[TopicPartitionKey] | None) -> list[ProgressUpdate]:
@@ -203,6 +214,7 @@ class RangeCommitter:
         return [ProgressUpdate(h.token.id, self._owner, h.token.epoch, h.pending, h.skipped) for h in dirty]
 
     def _apply(self, job: _Job, raise_errors: bool) -> list[TopicPartition]:
+        self.latency.observe(job.seconds)
         if job.error is not None:
             self.failures += 1
             if isinstance(job.error, StoreUnavailableError):
@@ -215,6 +227,7 @@ class RangeCommitter:
         result = job.result
         assert result is not None
         self.commits += 1
+        self.fencings += len(result.fenced)
         for token_id in result.fenced:
             self._book.remove(token_id)
             self._on_fenced(token_id)
@@ -225,6 +238,7 @@ class RangeCommitter:
             self.settled_keys.add(token.key)
             out.append(TopicPartition(token.topic, token.partition, token.progress.committed))
             if token.progress.done:
+                self.ranges_done += 1
                 self.finished_keys.add(token.key)
                 log.info(
                     "range #%d [%d, %d) of %s is done",

@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import Consumer as _KafkaConsumer
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover.config import ENABLE_KEYS, child_config, parse_bool, split_config
 from fastrecover.errors import ConfigError
+from fastrecover.metrics import ConsumerMetrics
 from fastrecover.parallel import ParallelMode
 from fastrecover.ranges import RangeProgress
 from fastrecover.recoverer import RecoveryReport
@@ -28,6 +29,8 @@ __all__ = ["Consumer", "RecoveryReport"]
 
 _K = _KafkaConsumer
 _NUMBER = (int, float)
+#: librdkafka's own words when store_offsets() is called with enable.auto.offset.store=true
+_STORE_WITH_AUTO_STORE = "StoreOffsets failed: Local: Invalid argument or configuration"
 
 
 def _mode_on(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -104,6 +107,15 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
     def child_restarts(self) -> int:
         return self._fr.child_restarts if self._fr is not None else 0
 
+    def metrics(self) -> ConsumerMetrics:
+        """A snapshot for operators: ranges, backfill left, both streams, child health, store commits.
+
+        Returns:
+            A :class:`~fastrecover.metrics.ConsumerMetrics` of plain data.  With the mode
+            off (or after ``close()``) only ``parallel_rebalance=False`` is set: nothing is counted.
+        """
+        return self._fr.metrics() if self._fr is not None else ConsumerMetrics(parallel_rebalance=False)
+
     # ---- records ---------------------------------------------------------------------------
 
     def poll(self, timeout: float | None = None) -> Message | None:
@@ -151,7 +163,17 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         return fr.commit(message, offsets, bool(asynchronous))
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
+        """Store offsets for the next offset-less or automatic commit, routed like :meth:`commit`.
+
+        Raises:
+            KafkaException: as plain, e.g. ``_INVALID_ARG`` with ``enable.auto.offset.store=true``.
+        """
         fr = self._fr
+        if fr is not None and offsets is None and type(message) is Message and not fr.auto_store:
+            key = (message.topic(), message.partition())
+            if key not in fr.routes and not fr.floors and not fr.book.holds(key):  # type: ignore[arg-type]
+                _K.store_offsets(self, message=message)  # nothing of ours on this partition: plain's own call
+                return
         if (
             fr is None
             or (message is None) == (offsets is None)
@@ -160,6 +182,8 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         ):
             _K.store_offsets(self, **_present(message=message, offsets=offsets))
             return
+        if fr.auto_store:  # the primary runs without it (fastrecover stores one call late): refuse as plain does
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, _STORE_WITH_AUTO_STORE))
         fr.store_offsets(message, offsets)
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:

@@ -97,6 +97,8 @@ class ModeState:
         self.steady = True
         self.next_child_restart = 0.0
         self.child_restarts = 0
+        #: messages the primary returned (records and error events), for metrics()
+        self.primary_messages = 0
 
     def after_commits(self) -> None:
         """Ranges settled or finished in the store: refresh mirrors, move idle partitions' Kafka offsets."""

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from fastrecover.batches import Run
 from fastrecover.handover import Handover
+from fastrecover.metrics import ConsumerMetrics, backfill_by_partition
 from fastrecover.mode_state import key_of
 from fastrecover.ranges import (
     RangeProgress,
@@ -95,6 +96,7 @@ class ParallelMode(Handover):
 
     def note_primary(self, msg: Message | None) -> Message | None:
         if msg is not None:
+            self.primary_messages += 1
             if msg.error() is None:
                 self.offsets.last = msg
             elif self.eof and cast(KafkaError, msg.error()).code() == KafkaError._PARTITION_EOF:
@@ -120,8 +122,10 @@ class ParallelMode(Handover):
                 self.tick(now)
             if self.steady:
                 msg = _K.poll(self.app, -1.0 if timeout is None else timeout)
-                if msg is not None and self.auto_store and msg.error() is None:
-                    offsets.last = msg
+                if msg is not None:
+                    self.primary_messages += 1
+                    if self.auto_store and msg.error() is None:
+                        offsets.last = msg
                 return msg
         if not self.backfilling:
             self.begin()
@@ -140,6 +144,7 @@ class ParallelMode(Handover):
                 self.tick(now)
             if self.steady:
                 msgs = _K.consume(self.app, num, timeout)
+                self.primary_messages += len(msgs)
                 if self.auto_store:
                     offsets.unsettled.extend(msgs)  # settle() skips error events
                 return msgs
@@ -183,6 +188,7 @@ class ParallelMode(Handover):
     def note_batch(self, msgs: list[Message]) -> list[Message]:
         if not msgs:
             return msgs
+        self.primary_messages += len(msgs)
         self.offsets.unsettled.extend(msgs)  # settle() skips error events
         if self.eof and self.child.has_work and any(map(Message.error, msgs)):
             kept = []
@@ -228,6 +234,30 @@ class ParallelMode(Handover):
 
     def backfill_progress(self) -> list[tuple[Token, RangeProgress]]:
         return [(h.token, h.pending) for h in self.book.held()]
+
+    def metrics(self) -> ConsumerMetrics:
+        held = self.book.held()
+        reports = self.recoverer.reports
+        committer = self.committer
+        return ConsumerMetrics(
+            parallel_rebalance=True,
+            ranges_open=len(held),
+            ranges_done=committer.ranges_done,
+            backfill=backfill_by_partition(
+                [(h.token.topic, h.token.partition, h.pending.committed, h.pending.end) for h in held]
+            ),
+            primary_messages=self.primary_messages,
+            child_records=self.child.records_delivered,
+            child_alive=self.child.is_alive(),
+            child_restarts=self.child_restarts,
+            recoveries=sum(1 for r in reports if r.new_ranges or r.resumed),
+            degraded_recoveries=sum(1 for r in reports if r.degraded),
+            fencings=committer.fencings,
+            mirror_degradations=self.book.mirror_degradations,
+            store_commits=committer.commits,
+            store_commit_failures=committer.failures,
+            store_commit_latency=committer.latency.snapshot(),
+        )
 
     def close(self) -> None:
         try:

@@ -55,13 +55,12 @@ def chaos_driver(
         names = None
         make_topic = topic_factory
         if group_protocol != "classic":
-            # KIP-848 groups: a broker that fences dead members within seconds, and the worker without
-            # the classic-only client keys librdkafka refuses under group.protocol=consumer
+            # KIP-848 groups: a broker that fences dead members within seconds (the worker leaves out
+            # the classic-only client keys librdkafka refuses under group.protocol=consumer)
             if bootstrap_servers is None:
                 servers = request.getfixturevalue("kip848_bootstrap")
                 make_topic = request.getfixturevalue("kip848_topic_factory")
             kwargs["worker_args"] = [*kwargs.get("worker_args", ()), "--set", f"group.protocol={group_protocol}"]
-            kwargs.setdefault("worker_module", "tests.integration.kip848_worker")
         if bootstrap_servers is None:
             names = [make_topic(partitions=partitions) for _ in range(topics)]
         seed = int(os.environ.get("FASTRECOVER_CHAOS_SEED", "0")) or zlib.crc32(request.node.name.encode())

@@ -71,6 +71,8 @@ ARG_CASES: dict[str, Call] = {
     "store_offsets()": lambda c, t: c.store_offsets(),
     "store_offsets(message='x')": lambda c, t: c.store_offsets(message="x"),
     "store_offsets(offsets='x')": lambda c, t: c.store_offsets(offsets="x"),
+    # enable.auto.offset.store is on (the default): plain refuses any store with _INVALID_ARG
+    "store_offsets(offsets=[tp]) with auto store": lambda c, t: c.store_offsets(offsets=[TopicPartition(t, 0, 5)]),
     "committed('x')": lambda c, t: c.committed("x"),
     "committed(timeout='x')": lambda c, t: c.committed([TopicPartition(t, 0)], timeout="x"),
     "pause('x')": lambda c, t: c.pause("x"),

@@ -25,7 +25,6 @@ from tests.integration.procs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 
-SHIM = "tests.integration.kip848_worker"
 MAX_POLL_MS = 6000
 
 
@@ -79,7 +78,6 @@ def test_kip_story_with_the_consumer_group_protocol(
             *("--set", "group.protocol=consumer"),
         ],
         tmp_path / "worker.log",
-        module=SHIM,
     )
     try:
         worker.wait_event("committed", 60)

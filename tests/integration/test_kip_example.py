@@ -104,7 +104,6 @@ def test_kip_worked_example(
             *(("--set", f"group.protocol={group_protocol}") if group_protocol != "classic" else ()),
         ],
         tmp_path / "worker.log",
-        module="tests.integration.kip848_worker",  # the worker, minus classic-only keys under KIP-848
     )
     worker.wait_event("committed", 60)
     worker.wait_event("blocked", 60)

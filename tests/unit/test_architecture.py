@@ -31,7 +31,19 @@ PACKAGE = REPO / "fastrecover"
 
 PURE = frozenset(
     f"fastrecover.{name}"
-    for name in ("ranges", "codec", "recovery", "tokens", "book", "config", "errors", "hooks", "primary", "tables")
+    for name in (
+        "ranges",
+        "codec",
+        "recovery",
+        "tokens",
+        "book",
+        "config",
+        "errors",
+        "hooks",
+        "primary",
+        "metrics",
+        "tables",
+    )
 )
 
 #: Standard-library modules that compute and touch nothing outside the process.

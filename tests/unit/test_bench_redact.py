@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fastrecover_tools.bench.redact import MASK, mask_command, mask_url, scrub, url_secrets
+from fastrecover_tools.bench.redact import mask_command, mask_url, scrub, url_secrets
 
 PG = "postgresql+psycopg://fastrecover:S3cret@127.0.0.1:5432/postgres"
 

@@ -397,3 +397,16 @@ class BookMachine(RuleBasedStateMachine):
 
 TestBookMachine = BookMachine.TestCase
 TestBookMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_a_mirror_that_must_drop_maps_or_merge_ranges_is_counted() -> None:
+    """metrics().mirror_degradations: the mirror said less than the book (issue 14)."""
+    from fastrecover.codec import MIRROR_MAX_ROWS
+
+    book = RangeBook("g")
+    book.add(tok(1, 0, 100))
+    assert book.mirror(P0) and book.mirror_degradations == 0  # one range fits whole
+    for i in range(2, MIRROR_MAX_ROWS + 3):
+        book.add(tok(i, i * 1000, i * 1000 + 100))
+    assert book.mirror(P0) and book.mirror_degradations == 1  # too many rows: neighbours merged
+    assert book.mirror(P0) and book.mirror_degradations == 1  # cached: counted once per change

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import hooks
 from fastrecover.consumer import Consumer
@@ -49,6 +49,9 @@ from fastrecover.errors import FastRecoverError
 
 #: Exit status of an incarnation whose consumer reported a fatal error.
 FATAL_EXIT = 3
+
+#: Client keys librdkafka refuses with group.protocol=consumer; the worker leaves them out there.
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
 
 STALL_POINTS = ("batch", "backfill", "token-write", "claim", "store-commit", "between-commits")
 
@@ -206,6 +209,10 @@ def run(argv: list[str] | None = None) -> int:
     for item in args.set:
         key, _, value = item.partition("=")
         config[key.strip()] = value.strip()
+    if str(config.get("group.protocol", "classic")).lower() == "consumer":
+        # KIP-848 groups: the broker owns these and librdkafka refuses them ("defined broker side")
+        for key in CLASSIC_ONLY:
+            config.pop(key, None)
     faults = _Faults(args.stall_at, args.stall_after)
     faults.install()
     if args.fail_child_after:
@@ -239,7 +246,7 @@ def run(argv: list[str] | None = None) -> int:
                 error = msg.error()
                 if error is not None:
                     _emit("consume-error", error=str(error))
-                    if error.fatal():
+                    if error.fatal() or error.code() == KafkaError._FATAL:
                         # The consumer is unusable (with group.protocol=consumer a static member
                         # restarted before its predecessor's session ended is fenced with
                         # UNRELEASED_INSTANCE_ID): exit like an application must, and be restarted.
