@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from fastrecover import __version__
+from fastrecover import __version__, status
 from fastrecover.errors import ConfigError, FastRecoverError
 from fastrecover.store import HEAD_REVISION, mask_url, open_store, upgrade
 from fastrecover.store.models import NAME_MAX
+from fastrecover.tables import printable
 from fastrecover.tokens import Token
 
 EXIT_OK = 0
@@ -32,18 +33,6 @@ EXIT_INTERRUPTED = 130
 STORE_URL_ENV = "FASTRECOVER_STORE_URL"
 
 Command = Callable[[argparse.Namespace], int]
-
-
-def printable(text: str) -> str:
-    """``text`` with control and other non-printable characters escaped (\\x1b, \\n, ...).
-
-    Group, topic and owner names come from whoever wrote the store or Kafka:
-    printed as they are, they could move the cursor, recolour or rewrite the
-    operator's terminal.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _name(what: str) -> Callable[[str], str]:
@@ -105,84 +94,58 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    status = subparsers.add_parser("status", help="show the backfill ranges recorded in the store")
-    _add_store_url(status)
-    status.add_argument("--group", type=_name("--group"), help="only this consumer group")
-    status.add_argument("--all", action="store_true", help="include finished (done) ranges")
-    status.set_defaults(func=_cmd_status)
-
-
-_STATUS_HEADER = (
-    "GROUP",
-    "TOPIC",
-    "PART",
-    "ID",
-    "RANGE",
-    "COMMITTED",
-    "PROGRESS",
-    "REMAINING",
-    "SKIPPED",
-    "OWNER",
-    "EPOCH",
-    "STATE",
-)
-_RIGHT_ALIGNED = frozenset({"PART", "ID", "COMMITTED", "PROGRESS", "REMAINING", "SKIPPED", "EPOCH"})
-
-
-def _status_row(token: Token) -> tuple[str, ...]:
-    p = token.progress
-    size = p.end - p.start
-    finished = size - p.remaining
-    percent = 100.0 if size == 0 else 100.0 * finished / size
-    return (
-        printable(token.group),
-        printable(token.topic),
-        str(token.partition),
-        str(token.id),
-        f"[{p.start}, {p.end})",
-        str(p.committed),
-        f"{percent:.1f}%",
-        str(p.remaining),
-        str(token.skipped),
-        printable(token.owner) if token.owner else "-",
-        str(token.epoch),
-        token.state.value,
+    parser = subparsers.add_parser("status", help="show the backfill ranges recorded in the store")
+    _add_store_url(parser)
+    parser.add_argument("--group", type=_name("--group"), help="only this consumer group")
+    parser.add_argument("--all", action="store_true", help="include finished (done) ranges")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh the table until Ctrl-C, with a progress bar and an estimated time left per open range "
+        "(redrawn in place on a terminal; successive tables otherwise)",
     )
+    parser.add_argument(
+        "--interval", type=_interval, default=2.0, metavar="S", help="seconds between --watch refreshes (default 2)"
+    )
+    parser.set_defaults(func=_cmd_status)
 
 
-def format_status(tokens: Sequence[Token]) -> str:
-    """A plain-text table, one line per range, sorted by group/topic/partition/offset."""
-    ordered = sorted(tokens, key=lambda t: (t.group, t.topic, t.partition, t.span.start))
-    rows = [_status_row(t) for t in ordered]
-    widths = [max(len(r[i]) for r in [_STATUS_HEADER, *rows]) for i in range(len(_STATUS_HEADER))]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.rjust(w) if h in _RIGHT_ALIGNED else c.ljust(w)
-            for c, w, h in zip(cells, widths, _STATUS_HEADER, strict=True)
-        ]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(_STATUS_HEADER), *(line(r) for r in rows)])
+def _interval(value: str) -> float:
+    """argparse type for --interval: seconds, from 0.1 to a day."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.1 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"--interval must be 0.1 to 86400 seconds, got {printable(value[:40])!r}")
+    return seconds
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    scope = f" of group {printable(args.group)!r}" if args.group else ""
     # read-only: inspecting must work on a file or directory we may not write, and must not change it
     with open_store(args.store_url, create=False, read_only=True) as store:
-        tokens = store.ranges(args.group, include_done=args.all, skip_corrupt=True)
-    what = "ranges" if args.all else "open ranges"
-    scope = f" of group {printable(args.group)!r}" if args.group else ""
+
+        def fetch() -> list[Token]:
+            return store.ranges(args.group, include_done=args.all, skip_corrupt=True)
+
+        if args.watch:
+            status.watch(
+                fetch,
+                interval=args.interval,
+                out=sys.stdout,
+                tty=sys.stdout.isatty(),
+                title=f"fastrecover status {store.url}",
+                include_done=args.all,
+                scope=scope,
+            )
+            return EXIT_OK  # Ctrl-C ends a watch normally
+        tokens = fetch()
     if not tokens:
-        print(f"no {what}{scope} in {store.url}")
+        print(f"no {'ranges' if args.all else 'open ranges'}{scope} in {store.url}")
         return EXIT_OK
-    print(format_status(tokens))
-    open_tokens = [t for t in tokens if t.is_open]
-    remaining = sum(t.progress.remaining for t in open_tokens)
-    skipped = sum(t.skipped for t in tokens)
-    counts = f"{len(tokens)} {what}{scope}"
-    if args.all:
-        counts += f" ({len(open_tokens)} open)"
-    print(f"\n{counts}: {remaining} records left to backfill, {skipped} skipped (lost to retention)")
+    print(status.format_status(tokens))
+    print("\n" + status.summary(tokens, include_done=args.all, scope=scope))
     return EXIT_OK
 
 
@@ -226,39 +189,29 @@ def _tools_missing(command: str) -> int:
 # -- demo ----------------------------------------------------------------------
 
 
-_DEMO_HELP = "the KIP's crash/restart story: plain consumer vs parallel rebalance, time to fresh data"
+_DEMO_HELP = (
+    "the KIP's crash/restart story, plain consumer vs parallel rebalance: time to fresh data, time to catch up, "
+    "records lost and duplicated, and a latency plot"
+)
 
 
-def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    if importlib.util.find_spec("fastrecover_tools") is None:
-        _add_missing_tools_parser(subparsers, "demo", _DEMO_HELP)
-        return
-    demo = subparsers.add_parser("demo", help=_DEMO_HELP)
-    demo.add_argument(
-        "--bootstrap-servers",
-        help="use this Kafka (default: $FASTRECOVER_BOOTSTRAP, a "
-        "container when Docker answers, else a local Apache Kafka from Maven Central jars)",
-    )
-    demo.add_argument(
-        "--store-url", type=_store_url, help="range store (default: sqlite file fastrecover-demo.db here)"
-    )
-    demo.add_argument(
+def _add_broker_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--broker-timeout",
         type=float,
         default=15.0,
         help="seconds to wait for the given broker to answer before giving up (default 15)",
     )
-    demo.add_argument("--rate", type=int, default=3000, help="records produced per second (default 3000)")
-    demo.add_argument(
-        "--down-seconds",
-        type=float,
-        default=10.0,
-        help="how long the consumer stays dead while the lag builds (default 10)",
-    )
-    demo.add_argument(
-        "--work-us", type=int, default=200, help="simulated processing time per record in microseconds (default 200)"
-    )
-    demo.add_argument("--partitions", type=int, default=3)
+
+
+def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    command = _tools_module("demo")
+    if command is None:
+        _add_missing_tools_parser(subparsers, "demo", _DEMO_HELP)
+        return
+    demo = subparsers.add_parser("demo", help=_DEMO_HELP)
+    command.add_arguments(demo)
+    _add_broker_timeout(demo)
     demo.set_defaults(func=_cmd_demo)
 
 
@@ -272,13 +225,11 @@ def _require_broker(bootstrap: str | None, timeout_s: float) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    demo = _tools_module("demo")
-    if demo is None:
+    command = _tools_module("demo")
+    if command is None:
         return _tools_missing("demo")
-
     _require_broker(args.bootstrap_servers or os.environ.get("FASTRECOVER_BOOTSTRAP"), args.broker_timeout)
-    demo.main(args.bootstrap_servers, args.store_url, args.rate, args.down_seconds, args.work_us, args.partitions)
-    return EXIT_OK
+    return int(command.run(args))
 
 
 # -- chaos ---------------------------------------------------------------------
@@ -294,12 +245,7 @@ def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         return
     chaos = subparsers.add_parser("chaos", help=_CHAOS_HELP)
     command.add_arguments(chaos)
-    chaos.add_argument(
-        "--broker-timeout",
-        type=float,
-        default=15.0,
-        help="seconds to wait for the given broker to answer before giving up (default 15)",
-    )
+    _add_broker_timeout(chaos)
     chaos.set_defaults(func=_cmd_chaos)
 
 
@@ -345,75 +291,25 @@ def _add_rollback_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
     rb.set_defaults(func=_cmd_rollback)
 
 
-def _read_properties(handle: Any) -> dict[str, str]:
-    props: dict[str, str] = {}
-    with handle:
-        for number, raw in enumerate(handle, 1):
-            line = raw.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            key, sep, value = line.partition("=")
-            if not sep or not key.strip():
-                raise ConfigError(f"{handle.name}:{number}: expected key=value")
-            props[key.strip()] = value.strip()
-    return props
-
-
-_ROLLBACK_HEADER = ("TOPIC", "PART", "KAFKA OFFSET", "LOWEST UNFINISHED", "NEW OFFSET", "OPEN RANGES", "RESULT")
-
-
-def format_rollback(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in [_ROLLBACK_HEADER, *rows]) for i in range(len(_ROLLBACK_HEADER))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [_ROLLBACK_HEADER, *rows]
-    )
-
-
 def _cmd_rollback(args: argparse.Namespace) -> int:
     from fastrecover import rollback as rb
 
-    extra = _read_properties(args.command_config) if args.command_config else {}
+    extra: dict[str, str] = {}
+    if args.command_config:
+        with args.command_config as handle:
+            extra = rb.read_properties(handle, handle.name)
     admin = rb.admin_client(args.bootstrap_servers, extra, verbose=args.verbose >= 2)
     rb.check_broker(admin, args.bootstrap_servers, args.timeout)
     rb.ensure_group_empty(admin, args.group, args.bootstrap_servers, args.timeout)
+    group = printable(args.group)
     with open_store(args.store_url, create=False) as store:
-        tokens = store.open_ranges(args.group)
-        partitions = sorted({(t.topic, t.partition) for t in tokens})
-        kafka = rb.kafka_offsets(admin, args.group, partitions, args.bootstrap_servers, args.timeout)
-        plans = rb.plan_rollback(tokens, kafka)
-        group = printable(args.group)
-        if not plans:
-            print(f"group {group!r} has no open ranges in {store.url}: nothing to roll back")
-            return EXIT_OK
-        errors: dict[tuple[str, int], str] = {}
-        deleted = 0
-        if not args.dry_run:
-            # the group must still be empty right before the move; Kafka refuses it otherwise anyway
-            rb.ensure_group_empty(admin, args.group, args.bootstrap_servers, args.timeout)
-            errors = rb.move_offsets(admin, args.group, plans, args.bootstrap_servers, args.timeout)
-            safe = [i for p in plans if (p.topic, p.partition) not in errors for i in p.token_ids]
-            deleted = store.delete_open(args.group, safe)
-    rows = []
-    for p in plans:
-        error = errors.get((p.topic, p.partition))
-        if error:
-            result = f"FAILED: {printable(error)}"
-        elif args.dry_run:
-            result = "would move back" if p.target is not None else "would keep (already lower)"
-        else:
-            result = "moved back" if p.target is not None else "kept (already lower)"
-        rows.append(
-            (
-                printable(p.topic),
-                str(p.partition),
-                "-" if p.kafka_before is None else str(p.kafka_before),
-                str(p.lowest_unfinished),
-                str(p.target if p.target is not None else p.kafka_before),
-                ", ".join(f"#{i}" for i in p.token_ids),
-                result,
-            )
+        plans, errors, deleted = rb.roll_back(
+            admin, store, args.group, bootstrap=args.bootstrap_servers, timeout_s=args.timeout, dry_run=args.dry_run
         )
-    print(format_rollback(rows))
+    if not plans:
+        print(f"group {group!r} has no open ranges in {store.url}: nothing to roll back")
+        return EXIT_OK
+    print(rb.format_rollback(plans, errors, dry_run=args.dry_run))
     if args.dry_run:
         print(f"\ndry run: nothing changed for group {group!r}")
         return EXIT_OK
@@ -449,9 +345,7 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     command = _tools_module("bench.command")
-    if command is None:
-        return _tools_missing("bench")
-    result: int = command.run(args)
+    result: int = command.run(args) if command is not None else _tools_missing("bench")
     return result
 
 

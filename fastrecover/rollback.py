@@ -22,15 +22,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fastrecover.errors import BrokerUnavailableError as BrokerUnavailableError  # re-exported: it was defined here
-from fastrecover.errors import FastRecoverError, StateError
+from fastrecover.errors import ConfigError, FastRecoverError, StateError
+from fastrecover.tables import format_table, printable
 from fastrecover.tokens import Token
+
+if TYPE_CHECKING:
+    from fastrecover.store.sql import RangeStore
 
 log = logging.getLogger("fastrecover.rollback")
 
@@ -163,3 +168,65 @@ def move_offsets(
         if (p.topic, p.partition) not in answered:
             errors[(p.topic, p.partition)] = "the broker did not confirm the new offset"
     return errors
+
+
+def roll_back(
+    admin: AdminClient, store: RangeStore, group: str, *, bootstrap: str, timeout_s: float, dry_run: bool
+) -> tuple[list[PartitionRollback], dict[tuple[str, int], str], int]:
+    """Plan (and unless ``dry_run`` carry out) the rollback of ``group``: (plans, errors by partition, deleted).
+
+    Open ranges are deleted only for the partitions whose new Kafka offset the
+    broker confirmed; a partition that failed keeps its ranges.
+    """
+    tokens = store.open_ranges(group)
+    partitions = sorted({(t.topic, t.partition) for t in tokens})
+    plans = plan_rollback(tokens, kafka_offsets(admin, group, partitions, bootstrap, timeout_s))
+    if not plans or dry_run:
+        return plans, {}, 0
+    # the group must still be empty right before the move; Kafka refuses it otherwise anyway
+    ensure_group_empty(admin, group, bootstrap, timeout_s)
+    errors = move_offsets(admin, group, plans, bootstrap, timeout_s)
+    safe = [i for p in plans if (p.topic, p.partition) not in errors for i in p.token_ids]
+    return plans, errors, store.delete_open(group, safe)
+
+
+def read_properties(lines: Iterable[str], name: str) -> dict[str, str]:
+    """``key=value`` lines (``--command-config``); blank lines and ``#``/``!`` comments are skipped."""
+    props: dict[str, str] = {}
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{name}:{number}: expected key=value")
+        props[key.strip()] = value.strip()
+    return props
+
+
+ROLLBACK_HEADER = ("TOPIC", "PART", "KAFKA OFFSET", "LOWEST UNFINISHED", "NEW OFFSET", "OPEN RANGES", "RESULT")
+
+
+def format_rollback(plans: Sequence[PartitionRollback], errors: Mapping[tuple[str, int], str], *, dry_run: bool) -> str:
+    """Pure: the table ``fastrecover rollback`` prints, one line per partition, with what happened to it."""
+    rows = []
+    for p in plans:
+        error = errors.get((p.topic, p.partition))
+        if error:
+            result = f"FAILED: {printable(error)}"
+        elif dry_run:
+            result = "would move back" if p.target is not None else "would keep (already lower)"
+        else:
+            result = "moved back" if p.target is not None else "kept (already lower)"
+        rows.append(
+            (
+                printable(p.topic),
+                str(p.partition),
+                "-" if p.kafka_before is None else str(p.kafka_before),
+                str(p.lowest_unfinished),
+                str(p.target if p.target is not None else p.kafka_before),
+                ", ".join(f"#{i}" for i in p.token_ids),
+                result,
+            )
+        )
+    return format_table(ROLLBACK_HEADER, rows)

@@ -144,7 +144,9 @@ def test_chaos_workers_get_the_secret_through_the_environment(tmp_path: Path) ->
     assert driver._env["PGPASSWORD"] == SECRET
 
 
-def test_demo_prints_a_masked_url(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_a_masked_url(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from contextlib import contextmanager
 
     from fastrecover_tools import demo
@@ -157,12 +159,14 @@ def test_demo_prints_a_masked_url(monkeypatch: pytest.MonkeyPatch, capsys: pytes
 
     def fake_story(bootstrap: str, **kwargs: Any) -> demo.DemoResult:
         calls.append(kwargs)
-        return demo.DemoResult("x", 0, 1.0, None)
+        return demo.DemoResult("x", "x", 0, 1.0, None, None, 0, 0, 0, 0, None)
 
     monkeypatch.setattr(demo, "_broker", fake_broker)
     monkeypatch.setattr(demo, "run_story", fake_story)
     monkeypatch.delenv("PGPASSWORD", raising=False)
-    demo.main("127.0.0.1:1", f"postgresql+psycopg://app:{SECRET}@h/db", 10, 0.1, 0, 1)
+    demo.main(
+        "127.0.0.1:1", f"postgresql+psycopg://app:{SECRET}@h/db", 10, 0.1, 0, 1, out_dir=tmp_path / "o", picture=False
+    )
     out = capsys.readouterr().out
     assert "store: postgresql+psycopg://app:***@h/db" in out
     assert not _leaks(out)

@@ -43,6 +43,7 @@ PURE = frozenset(
         "hooks",
         "primary",
         "metrics",
+        "tables",
         "spark.offsets",
         "spark.planning",
         "spark.client_conf",

@@ -1,29 +1,45 @@
 """``fastrecover demo``: the KIP's story, end to end, plain consumer vs parallel rebalance.
 
-A producer writes a steady stream; a consumer *process* that commits as it goes
-is SIGKILLed; production continues so a lag builds; the consumer is restarted.
-We measure the time from the restart until the first record produced after the
-restart is delivered ("time to fresh"), once with a plain consumer and once
-with ``enable.parallel.rebalance``.
+A producer writes a steady stream and remembers every record the broker
+acknowledged; a consumer *process* that commits as it goes is SIGKILLed;
+production continues so a lag builds; the consumer is restarted.  Once with a
+plain ``confluent_kafka.Consumer``, once with ``enable.parallel.rebalance``.
+
+Each run goes on until the restarted consumer has delivered every record the
+producer had acknowledged and, with fastrecover, until the store holds no open
+range of the group (with deadlines: a run that does not get there fails, and
+says so).  The numbers then come from the producer's acknowledgements and the
+consumers' ledgers (:mod:`fastrecover_tools.demo_report`): time to the first
+fresh record, time until the lag was caught up, records lost, duplicates, and
+a PNG of every record's delivery latency since the restart.
+
+Its files (SQLite store, ledgers, worker logs, results.json, the PNG) go to
+``--out`` (``./demo-output``), emptied at the start of each run.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from fastrecover.store.sql import mask_url, url_for_child
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import TopicPartition
+
+from fastrecover.errors import ConfigError, FastRecoverError
+from fastrecover.store import open_store
+from fastrecover.store.sql import mask_url, url_for_child, validate_url
+from fastrecover_tools import demo_report
+from fastrecover_tools.demo_report import Ledger, StoryResult
 from fastrecover_tools.testing.broker import (
     Broker,
     create_topic,
@@ -39,14 +55,118 @@ from fastrecover_tools.testing.waiting import Deadline, wait_for
 log = logging.getLogger("fastrecover_tools.demo")
 
 _WORKER = "fastrecover_tools.testing.worker"
+DEFAULT_OUT = "demo-output"
+#: A file the demo writes into its output directory: only a directory holding it is ever emptied.
+MARKER = ".fastrecover-demo"
+PLAIN = "plain confluent_kafka.Consumer"
+PARALLEL = "fastrecover.Consumer with enable.parallel.rebalance"
+
+# kept for callers of the old API (tests monkeypatch run_story with a function returning one)
+DemoResult = StoryResult
 
 
-@dataclass(frozen=True)
-class DemoResult:
-    mode: str
-    lag: int
-    time_to_fresh_s: float
-    backfill_drained_s: float | None
+class DemoFailed(Exception):
+    """The story did not complete as promised (a deadline passed, records lost, ranges left open)."""
+
+
+def _store_url(value: str) -> str:
+    try:
+        validate_url(value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-servers",
+        help="use this Kafka (default: $FASTRECOVER_BOOTSTRAP, a "
+        "container when Docker answers, else a local Apache Kafka from Maven Central jars)",
+    )
+    parser.add_argument(
+        "--store-url", type=_store_url, help="range store (default: the SQLite file demo.db in the --out directory)"
+    )
+    parser.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help=f"directory for the store, ledgers, logs, results.json and demo.png; emptied at the start of "
+        f"every run (default ./{DEFAULT_OUT}; a non-empty directory the demo did not create is refused)",
+    )
+    parser.add_argument("--rate", type=int, default=2000, help="records produced per second (default 2000)")
+    parser.add_argument(
+        "--down-seconds",
+        type=float,
+        default=15.0,
+        help="how long the consumer stays dead while the lag builds (default 15)",
+    )
+    parser.add_argument(
+        "--work-us", type=int, default=100, help="simulated processing time per record in microseconds (default 100)"
+    )
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument(
+        "--catch-up-timeout",
+        type=float,
+        default=180.0,
+        help="seconds a restarted consumer may take to deliver the lag and finish its ranges (default 180)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        results = main(
+            args.bootstrap_servers,
+            args.store_url,
+            args.rate,
+            args.down_seconds,
+            args.work_us,
+            args.partitions,
+            out_dir=Path(args.out),
+            catch_up_timeout=args.catch_up_timeout,
+        )
+    except DemoFailed as exc:
+        print(f"fastrecover demo: FAILED: {exc}", file=sys.stderr)
+        return 1
+    problems = [f"{r.label}: {r.lost} acknowledged records never delivered" for r in results if r.lost]
+    problems += [f"{r.label}: no delivery of a fresh record measured" for r in results if r.time_to_fresh_s is None]
+    problems += [f"{r.label}: {r.open_ranges_left} open ranges left" for r in results if r.open_ranges_left]
+    if problems:
+        print(f"fastrecover demo: FAILED: {'; '.join(problems)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def prepare_out(path: Path) -> Path:
+    """Empty (or create) the demo's output directory; refuse one the demo did not make."""
+    path = path.resolve()
+    if path.exists():
+        if not path.is_dir():
+            raise DemoFailed(f"--out {path} exists and is not a directory")
+        if any(path.iterdir()) and not (path / MARKER).exists():
+            raise DemoFailed(f"--out {path} is not empty and was not made by fastrecover demo; choose another")
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    (path / MARKER).write_text("made by `fastrecover demo`, which empties this directory on every run\n")
+    return path
+
+
+def _lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """The group's lag now: log end minus committed offset (log start where none), over all partitions."""
+    c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=15)
+        lag = 0
+        for tp in tps:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=15)
+            lag += high - (tp.offset if tp.offset >= 0 else low)
+        return lag
+    finally:
+        c.close()
+
+
+def _open_ranges(store_url: str, group: str) -> int:
+    with open_store(store_url, create=False, read_only=True) as store:
+        return len(store.open_ranges(group, skip_corrupt=True))
 
 
 def run_story(
@@ -61,69 +181,112 @@ def run_story(
     workdir: Path,
     out: TextIO,
     auto_create: bool = False,
-) -> DemoResult:
-    mode = "fastrecover (enable.parallel.rebalance)" if parallel else "plain confluent_kafka.Consumer"
-    topic = f"demo-{'parallel' if parallel else 'plain'}-{uuid.uuid4().hex[:6]}"
+    catch_up_timeout: float = 180.0,
+) -> StoryResult:
+    label = "fastrecover" if parallel else "plain"
+    topic = f"demo-{label}-{uuid.uuid4().hex[:6]}"
     group = f"demo-{uuid.uuid4().hex[:8]}"
     if not auto_create:  # librdkafka's mock cluster creates topics on first use instead
         create_topic(bootstrap, topic, partitions)
-    ledger = workdir / f"{topic}.ledger"
+    ledger = Ledger(workdir / f"{label}.ledger")
     base = [
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
-        "--group",
-        group,
-        "--ledger",
-        str(ledger),
-        "--commit",
-        "sync",
-        "--commit-every",
-        "200",
-        "--work-us",
-        str(work_us),
+        *("--bootstrap", bootstrap, "--topic", topic, "--group", group, "--ledger", str(ledger.path)),
+        *("--commit", "sync", "--commit-every", "200", "--work-us", str(work_us)),
     ]
     # the store URL on argv carries no secret (ps shows argv); main() put the secrets in the environment
     argv_url, _ = url_for_child(store_url)
     base += ["--parallel", "--store-url", argv_url, "--min-offsets", "100"] if parallel else ["--plain"]
 
     def say(text: str) -> None:
-        print(f"  [{'parallel' if parallel else 'plain   '}] {text}", file=out, flush=True)
+        print(f"  [{label:<11}] {text}", file=out, flush=True)
 
     try:
-        with SteadyProducer(bootstrap, topic, rate) as producer, open(workdir / f"{topic}.log", "w") as wlog:
-            first = EventProcess(_WORKER, base, wlog)
-
-            def warmed_up() -> bool:
-                return int((first.latest("progress") or {}).get("finished", 0)) >= rate * 2
-
-            wait_for(warmed_up, 60, 0.1, "the first consumer to make progress")
+        with (
+            SteadyProducer(bootstrap, topic, rate, track_acks=True) as producer,
+            open(workdir / f"{label}.worker.log", "w") as wlog,
+        ):
+            first = EventProcess(_WORKER, [*base, "--member", "first"], wlog)
+            wait_for(
+                lambda: int((first.latest("progress") or {}).get("finished", 0)) >= rate * 2,
+                60,
+                0.1,
+                "the first consumer to make progress",
+            )
             first.kill()
             killed_at = producer.sent
             say(f"consumer killed with SIGKILL after {killed_at} records were produced; producing on")
-            deadline = Deadline(lag_seconds)
-
-            def lag_built() -> bool:
-                # the mock cluster cannot describe groups; the dead member's session expires meanwhile
-                return deadline.expired() and (auto_create or group_is_empty(bootstrap, group))
-
-            wait_for(lag_built, lag_seconds + 60, 0.1, "the lag to build and the dead member to leave the group")
+            down = Deadline(lag_seconds)
+            # the mock cluster cannot describe groups; the dead member's session expires meanwhile
+            wait_for(
+                lambda: down.expired() and (auto_create or group_is_empty(bootstrap, group)),
+                lag_seconds + 60,
+                0.1,
+                "the lag to build and the dead member to leave the group",
+            )
+            lag = _lag(bootstrap, group, topic, partitions)
             restart_wall = time.time()
-            lag_estimate = producer.sent - killed_at
-            say(f"restarting the consumer; about {lag_estimate} records arrived while it was down")
-            second = EventProcess(_WORKER, [*base, "--first-fresh-after", f"{restart_wall:.3f}"], wlog)
-
-            def fresh_seen() -> dict[str, Any]:
-                return second.event("fresh") or {}
-
+            say(f"restarting the consumer {lag} records behind")
+            second = EventProcess(
+                _WORKER, [*base, "--member", demo_report.RESTARTED, "--first-fresh-after", f"{restart_wall:.3f}"], wlog
+            )
             try:
-                fresh = wait_for(fresh_seen, 600, 0.05, "the first fresh record")
-                ttf = float(fresh["t"]) - restart_wall
-                say(f"first record produced after the restart delivered after {ttf:.2f} s")
+                deadline = Deadline(catch_up_timeout)
+                fresh = wait_for(
+                    lambda: second.event("fresh") or {}, deadline.remaining(), 0.05, "the first fresh record"
+                )
+                say(f"first record produced after the restart delivered after {float(fresh['t']) - restart_wall:.2f} s")
+
+                def caught_up() -> bool:
+                    ledger.read()
+                    now_ms = time.time() * 1000
+                    # everything from before the restart is in, and for 2 s every record came in time
+                    return (
+                        ledger.missing(producer.acked(), restart_wall * 1000) == 0
+                        and now_ms - ledger.last_late_ms >= 2000
+                        and now_ms - ledger.last_done_ms <= 1000
+                    )
+
+                wait_for(caught_up, deadline.remaining(), 0.5, "the restarted consumer to catch up with the lag")
+                say(f"caught up (every record delivered within 1 s for 2 s) at {time.time() - restart_wall:.2f} s")
+                if parallel:
+                    # production goes on meanwhile, so the worker keeps committing and the last backfill commit lands
+                    wait_for(
+                        lambda: _open_ranges(store_url, group) == 0,
+                        deadline.remaining(),
+                        0.25,
+                        f"every backfill range of group {group} to be done in the store",
+                        ignore=(FastRecoverError,),  # e.g. busy or not yet created: look again
+                    )
+                    say(f"every backfill range done in the store after {time.time() - restart_wall:.2f} s")
+                producer.stop()
+
+                def all_delivered() -> bool:
+                    ledger.read()
+                    return ledger.missing(producer.acked()) == 0
+
+                wait_for(
+                    all_delivered,
+                    max(30.0, deadline.remaining()),
+                    0.5,
+                    "the restarted consumer to deliver every acknowledged record",
+                )
+            except TimeoutError as exc:
+                left = f"; open ranges of group {group}: {_open_ranges(store_url, group)}" if parallel else ""
+                raise DemoFailed(
+                    f"{label}: {exc}{left} (worker log: {workdir / f'{label}.worker.log'}; "
+                    f"inspect with: fastrecover status --store-url {mask_url(store_url)} --group {group})"
+                ) from exc
             finally:
-                second.kill(signal.SIGTERM)
-        return DemoResult(mode, lag_estimate, ttf, None)
+                second.kill(signal.SIGTERM)  # commits what it finished and closes
+        return demo_report.measure(
+            label,
+            PARALLEL if parallel else PLAIN,
+            ledger,
+            producer.acked(),
+            restart_wall=restart_wall,
+            lag_at_restart=lag,
+            open_ranges_left=_open_ranges(store_url, group) if parallel else None,
+        )
     finally:
         if not auto_create:
             delete_topic(bootstrap, topic)
@@ -165,21 +328,26 @@ def main(
     lag_seconds: float,
     work_us: int,
     partitions: int,
-    out: TextIO = sys.stdout,
-) -> list[DemoResult]:
-    workdir = Path(tempfile.mkdtemp(prefix="fastrecover-demo-"))
-    store = store_url or f"sqlite:///{os.path.join(os.getcwd(), 'fastrecover-demo.db')}"
+    out: TextIO | None = None,
+    *,
+    out_dir: Path = Path(DEFAULT_OUT),
+    catch_up_timeout: float = 180.0,
+    picture: bool = True,
+) -> list[StoryResult]:
+    out = out or sys.stdout  # looked up now, not at import: a test's captured stdout counts
+    workdir = prepare_out(out_dir)
+    store = store_url or f"sqlite:///{workdir / 'demo.db'}"
+    print(f"output: {workdir} (emptied at the start of every run)", file=out)
     print(f"store: {mask_url(store)}", file=out)
     # Secrets reach the worker processes through their environment, inherited from ours, never argv.
     _, secret_env = url_for_child(store)
     os.environ.update(secret_env)
-    print(
-        f"story: {rate} records/s on {partitions} partitions, {work_us} µs of work per record, "
-        f"consumer down for {lag_seconds:g} s",
-        file=out,
-        flush=True,
+    story = (
+        f"{rate} records/s on {partitions} partitions, {work_us} µs of work per record, "
+        f"consumer down for {lag_seconds:g} s"
     )
-    results: list[DemoResult] = []
+    print(f"story: {story}", file=out, flush=True)
+    results: list[StoryResult] = []
     with _broker(bootstrap, out) as (servers, mock):
         for parallel in (False, True):
             results.append(
@@ -194,16 +362,18 @@ def main(
                     workdir=workdir,
                     out=out,
                     auto_create=mock,
+                    catch_up_timeout=catch_up_timeout,
                 )
             )
-    print("\ntime until the first record produced after the restart is delivered:", file=out)
-    print(f"  {'consumer':<44} {'lag (records)':>14} {'time to fresh':>14}", file=out)
-    for r in results:
-        print(f"  {r.mode:<44} {r.lag:>14} {r.time_to_fresh_s:>12.2f} s", file=out)
-    if len(results) == 2 and results[1].time_to_fresh_s > 0:
-        print(
-            f"  ratio plain / fastrecover: {results[0].time_to_fresh_s / results[1].time_to_fresh_s:.1f}x",
-            file=out,
-            flush=True,
-        )
+    demo_report.print_report(results, out)
+    demo_report.write_json(
+        results,
+        workdir / "results.json",
+        {"rate": rate, "partitions": partitions, "work_us": work_us, "down_seconds": lag_seconds},
+    )
+    if picture:
+        png = workdir / "demo.png"
+        demo_report.plot(results, png, story)
+        print(f"\npicture: {png}  (delivery latency of every record since the restart)", file=out)
+    print(f"numbers: {workdir / 'results.json'}", file=out, flush=True)
     return results

@@ -30,16 +30,31 @@ class SteadyProducer:
     By default the values are the running count (``b"0"``, ``b"1"``, ...) and the
     partitioner picks partitions; ``value_size`` pads values to that many bytes and
     ``partitions`` spreads records round-robin over that many partitions.
+
+    With ``track_acks`` every record the broker acknowledged is remembered, from
+    the delivery callbacks: :meth:`acked` gives ``{(partition, offset): create
+    timestamp in ms}``, the reference a loss check compares deliveries against.
     """
 
     def __init__(
-        self, bootstrap: str, topic: str, rate: int, *, value_size: int | None = None, partitions: int | None = None
+        self,
+        bootstrap: str,
+        topic: str,
+        rate: int,
+        *,
+        value_size: int | None = None,
+        partitions: int | None = None,
+        track_acks: bool = False,
     ) -> None:
         self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         self._topic, self._rate = topic, rate
         self._value_size, self._partitions = value_size, partitions
         self._stop = threading.Event()
         self.sent = 0
+        self._track = track_acks
+        self._acked: dict[tuple[int, int], int] = {}
+        self.failed = 0
+        self._acks_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
 
     def __enter__(self) -> SteadyProducer:
@@ -59,6 +74,20 @@ class SteadyProducer:
         self._producer.flush(30)
         return self.sent
 
+    def acked(self) -> dict[tuple[int, int], int]:
+        """A copy of the acknowledged records so far: (partition, offset) -> create timestamp (ms)."""
+        with self._acks_lock:
+            return dict(self._acked)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            with self._acks_lock:
+                self.failed += 1
+            return
+        _ts_type, ts = msg.timestamp()
+        with self._acks_lock:
+            self._acked[(msg.partition(), msg.offset())] = ts
+
     def _value(self, n: int) -> bytes:
         text = b"%d" % n
         return text if self._value_size is None else text.ljust(self._value_size, b".")
@@ -68,7 +97,12 @@ class SteadyProducer:
         while not self._stop.is_set():
             due = int((time.monotonic() - start) * self._rate)
             while self.sent < due:
-                if self._partitions:
+                if self._track:
+                    extra: dict[str, Any] = {"on_delivery": self._on_delivery}
+                    if self._partitions:
+                        extra["partition"] = self.sent % self._partitions
+                    self._producer.produce(self._topic, value=self._value(self.sent), **extra)
+                elif self._partitions:
                     self._producer.produce(
                         self._topic, value=self._value(self.sent), partition=self.sent % self._partitions
                     )
