@@ -88,6 +88,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     @property
     def parallel_rebalance_enabled(self) -> bool:
+        """True when ``enable.parallel.rebalance`` is on and the consumer is not closed."""
         return self._fr is not None
 
     def backfill_progress(self) -> list[tuple[Token, RangeProgress]]:
@@ -101,10 +102,12 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     @property
     def children_started(self) -> int:
+        """Child handles created so far (the first one and every replacement)."""
         return self._fr.child.handles_created if self._fr is not None else 0
 
     @property
     def child_restarts(self) -> int:
+        """Child handles replaced after a failure (each resumes from the ranges' progress)."""
         return self._fr.child_restarts if self._fr is not None else 0
 
     def metrics(self) -> ConsumerMetrics:
@@ -119,14 +122,29 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
     # ---- records ---------------------------------------------------------------------------
 
     def poll(self, timeout: float | None = None) -> Message | None:
-        """One record or event; with the mode on, live records and backfilled ones interleaved."""
+        """One record or event; with the mode on, live records and backfilled ones interleaved.
+
+        Args:
+            timeout: seconds to wait; None waits forever, as plain.
+        Returns:
+            A ``Message`` (a record, or an event whose ``error()`` is set) or None on timeout.
+            Order holds within the live stream and within each range, not across the two.
+        Raises:
+            KafkaException, and what the application's callbacks raise, as plain.
+        """
         fr = self._fr
         if fr is None or (timeout is not None and type(timeout) not in _NUMBER):
             return _K.poll(self, timeout) if fr is None else fr.note_primary(_K.poll(self, timeout))  # type: ignore[arg-type]
         return fr.poll(timeout)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        """Up to ``num_messages`` records; with the mode on, both streams share the batch."""
+        """Up to ``num_messages`` records; with the mode on, both streams share the batch.
+
+        Returns:
+            A list of ``Message`` (records and events), empty on timeout; as :meth:`poll` for order.
+        Raises:
+            ValueError / KafkaException for bad arguments or a failed consumer, as plain.
+        """
         fr = self._fr
         if (
             fr is None
@@ -143,7 +161,15 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
     def commit(  # type: ignore[override]
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None, asynchronous: bool = True
     ) -> list[TopicPartition] | None:
-        """Commit to the two commit logs: offsets inside a backfill range go to the store, the rest to Kafka."""
+        """Commit to the two commit logs: offsets inside a backfill range go to the store, the rest to Kafka.
+
+        Returns:
+            None when asynchronous; synchronous: the committed partitions, plus one
+            ``TopicPartition`` per range written to the store.
+        Raises:
+            KafkaException as plain (``_NO_OFFSET`` when nothing is stored); with the mode on a
+            synchronous commit may also raise ``StoreUnavailableError`` or ``FencedError``.
+        """
         fr = self._fr
         if fr is not None and offsets is None and type(message) is Message:
             key = (message.topic(), message.partition())
@@ -187,7 +213,12 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         fr.store_offsets(message, offsets)
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
-        """The KIP's merged committed(): everything below the answer is checkpointed in one log or the other."""
+        """The KIP's merged committed(): everything below the answer is checkpointed in one log or the other.
+
+        Returns:
+            Per partition, the lowest durable offset of its open ranges if it has any, else
+            Kafka's committed offset; fastrecover's mirror is hidden from ``metadata``.
+        """
         fr = self._fr
         if fr is None:
             return _K.committed(self, partitions) if timeout is None else _K.committed(self, partitions, timeout)  # type: ignore[no-any-return]
@@ -196,6 +227,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
     # ---- assignment ------------------------------------------------------------------------
 
     def subscribe(self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None) -> None:
+        """Join the group; callbacks get this object, on_assign before recovery, on_revoke before hand-back."""
         fr = self._fr
         callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
         if fr is None or any(cb is not None and not callable(cb) for cb in callbacks.values()):
@@ -204,24 +236,28 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         fr.subscribe(topics, on_assign, on_revoke, on_lost)
 
     def assign(self, partitions: list[TopicPartition]) -> None:
+        """Assign as plain; with the mode on, each partition starting at its committed offset is recovered."""
         if self._fr is None or not _tp_list(partitions):
             _K.assign(self, partitions)
             return
         self._fr.assign(partitions, incremental=False)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        """Add partitions as plain, recovering them as :meth:`assign` does."""
         if self._fr is None or not _tp_list(partitions):
             _K.incremental_assign(self, partitions)
             return
         self._fr.assign(partitions, incremental=True)
 
     def unassign(self) -> None:
+        """Drop every partition; with the mode on, pending range progress is committed and ranges handed back."""
         if self._fr is None:
             _K.unassign(self)
             return
         self._fr.unassign(None)
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        """Drop ``partitions`` as :meth:`unassign` drops all."""
         if self._fr is None or not _tp_list(partitions):
             _K.incremental_unassign(self, partitions)
             return
@@ -237,6 +273,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         self._fr.pause(partitions)
 
     def resume(self, partitions: list[TopicPartition]) -> None:
+        """Resume fetching, the child's backfill of these partitions included."""
         if self._fr is None or not _tp_list(partitions):
             _K.resume(self, partitions)
             return
