@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -183,12 +183,16 @@ class RangeStore:
     def partition_ranges(
         self, group: str, topic: str, partition: int, *, ending_after: int | None = None, skip_corrupt: bool = False
     ) -> list[Token]:
-        """Every range of one partition, open and done, that ends after ``ending_after``.
+        """Every open range of one partition, and the done ones that end after ``ending_after``.
 
         Recovery needs the done ones too: a range someone else (a Spark job)
         finished must not be handed out again, and must not hide the offsets
-        past its end from the new range.  Ranges ending at or before the
+        past its end from the new range.  Done ranges ending at or before the
         primary's committed offset cannot matter, so the history stays unread.
+        Open ones always matter, wherever they end: after a crash the group's
+        Kafka offset is past them, and the commit-metadata mirror that would
+        point below it may be missing (turned off, replaced by the
+        application's own metadata, or signed with another key).
         """
         where: list[ColumnElement[bool]] = [
             TABLE.c.group_id == group,
@@ -196,7 +200,7 @@ class RangeStore:
             TABLE.c.partition == partition,
         ]
         if ending_after is not None:
-            where.append(TABLE.c.end_offset > ending_after)
+            where.append(or_(TABLE.c.end_offset > ending_after, TABLE.c.state == TokenState.OPEN.value))
         return self._select(where, f"reading ranges of {group!r}/{topic}[{partition}]", skip_corrupt)
 
     def ranges(self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False) -> list[Token]:

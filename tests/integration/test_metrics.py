@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import Message, TopicPartition
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fastrecover import Consumer, hooks
@@ -174,5 +175,40 @@ def test_a_store_that_fails_the_token_write_counts_a_degraded_recovery(
         assert m.degraded_recoveries == 1 and m.recoveries == 0 and m.ranges_open == 0
         assert got[0].offset() == LAG_START  # degraded: the lag is replayed by the primary, nothing skipped
         wait_for(lambda: consumer.metrics().primary_messages >= 1, 10, 0.1, "the primary's count")
+    finally:
+        consumer.close()
+
+
+def test_a_partition_with_more_ranges_than_a_mirror_holds_counts_a_mirror_degradation(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """Many crashes leave many open ranges on one partition: their mirror must merge some (more re-delivery)."""
+    from fastrecover.codec import MIRROR_MAX_ROWS
+
+    topic = topic_factory(partitions=1)
+    count = MIRROR_MAX_ROWS + 2
+    produce(bootstrap, topic, [f"r{i}" for i in range(count * 10)], partition=0)
+    with open_store(store_url, create=True) as store:
+        for i in range(count):  # left open by earlier incarnations, all dead now
+            store.create_range(unique_group, topic, 0, i * 10, i * 10 + 5, owner="dead-host:1:gone")
+    config = parallel_config(bootstrap, unique_group, store_url)
+    committer = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
+    try:  # the group's Kafka offset is past every range: only the store knows what is unfinished
+        committer.commit(offsets=[TopicPartition(topic, 0, count * 10)], asynchronous=False)
+    finally:
+        committer.close()
+    consumer = Consumer(config)
+    try:
+        assert consumer.metrics().mirror_degradations == 0
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: consumer.metrics().ranges_open == count, 60, "the ranges to be resumed")
+        poll_until(consumer, got, lambda: got, 60, "a backfilled record")
+        consumer.commit(message=got[0], asynchronous=False)  # writes the partition's mirror with the commit
+        m = consumer.metrics()
+        assert m.mirror_degradations >= 1, m
+        scrape_registry = CollectorRegistry()
+        register(consumer, "m3", scrape_registry)
+        assert 'fastrecover_mirror_degradations_total{consumer="m3"}' in generate_latest(scrape_registry).decode()
     finally:
         consumer.close()

@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     SESSION_MS,
     consume_until,
     crash_after_commit,
+    group_offsets,
     lag_after_crash,
     offset_of,
     parallel_config,
@@ -136,6 +137,53 @@ def test_process_killed_mid_backfill_resumes_range(
         )
         backfilled = sorted(offset_of(m) for m in more if offset_of(m) < 300)
         assert backfilled[0] == resumed_at, "the range resumes at its committed offset, not its start"
+    finally:
+        again.close()
+
+
+def test_open_range_below_an_offset_committed_with_application_metadata_is_resumed(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    """Loss regression: the application's own commit metadata replaces the mirror, then a SIGKILL.
+
+    The group's Kafka offset is then past the open range and nothing in Kafka points below it;
+    recovery must still find the range in the store (it looked only above the committed offset).
+    """
+    topic = topic_factory(partitions=1)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=10, block_at=50, log_end=300
+    )
+    # second process: recovers [10, 300) (primary at 300), commits nothing of the range, commits
+    # fresh record 319 with its own metadata, and is SIGKILLed
+    worker = WorkerProcess(
+        [
+            *("--bootstrap", bootstrap, "--topic", topic, "--group", unique_group, "--parallel"),
+            *("--store-url", store_url, "--min-offsets", "10", "--ledger", str(tmp_path / "ledger2")),
+            *("--commit", "none", "--commit-at", "320", "--commit-metadata", "app-state-v1", "--block-at", "330"),
+            *("--session-ms", str(SESSION_MS)),
+        ],
+        tmp_path / "worker2.log",
+    )
+    try:
+        worker.wait_event("recovery", 60)
+        produce(bootstrap, topic, [f"fresh{i}" for i in range(300, 340)], partition=0)
+        worker.wait_event("committed", 60)
+        worker.wait_event("blocked", 60)
+    finally:
+        worker.sigkill()
+    wait_for(lambda: group_is_empty(bootstrap, unique_group), 30, 0.2, "the killed member to leave")
+    (committed,) = group_offsets(bootstrap, unique_group, topic)
+    assert (committed.offset, committed.metadata) == (320, "app-state-v1"), "no mirror points below 320"
+    with open_store(store_url) as store:
+        (token,) = store.open_ranges(unique_group)
+        assert token.progress.end == 300 and token.progress.committed == 10
+
+    again = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        again.subscribe([topic])
+        more: list[Message] = []
+        wanted = set(range(10, 300)) | set(range(320, 340))
+        poll_until(again, more, lambda: {m.offset() for m in more} >= wanted, 60, "the open range and 320..339")
     finally:
         again.close()
 

@@ -86,6 +86,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         help="commit(offsets=[o]) once the record at o-1 is finished (single partition)",
     )
+    p.add_argument("--commit-metadata", help="the application's own metadata on the --commit-at commits")
     p.add_argument("--block-at", type=int, help="stop making progress once the record at N-1 is finished")
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--session-ms", type=int, default=3000)
@@ -274,8 +275,10 @@ def run(argv: list[str] | None = None) -> int:
                 elif args.commit == "store":
                     consumer.store_offsets(message=msg)
                 if offset + 1 in commit_at:
+                    extra = {} if args.commit_metadata is None else {"metadata": args.commit_metadata}
                     consumer.commit(
-                        offsets=[TopicPartition(msg.topic(), msg.partition(), offset + 1)], asynchronous=False
+                        offsets=[TopicPartition(msg.topic(), msg.partition(), offset + 1, **extra)],
+                        asynchronous=False,
                     )
                     _emit("committed", offset=offset + 1)
                 if args.block_at is not None and offset + 1 >= args.block_at:
