@@ -594,7 +594,7 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
             "partitions": scenarios.PARTITIONS,
             "value_bytes": scenarios.VALUE_SIZE,
             "live_rate_per_s": scenarios.LIVE_RATE,
-            "restart_store": "sqlite (a new file in a temp dir per run)",
+            "restart_store": "sqlite (a new file in a temp dir per run, its schema created before the restart)",
             "workdir_filesystem": scenarios.workdir_filesystem(workdir),
             "fast_producer": scenarios.FAST_PRODUCER,
             "profiled": opts.profile is not None,
