@@ -204,15 +204,25 @@ def _add_broker_timeout(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_demo_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    command = _tools_module("demo")
+def _add_tools_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    module: str,
+    help_text: str,
+    func: Command,
+    *,
+    broker_timeout: bool,
+) -> None:
+    """A command whose options and work live in ``fastrecover_tools.<module>`` (loaded only here)."""
+    command = _tools_module(module)
     if command is None:
-        _add_missing_tools_parser(subparsers, "demo", _DEMO_HELP)
+        _add_missing_tools_parser(subparsers, name, help_text)
         return
-    demo = subparsers.add_parser("demo", help=_DEMO_HELP)
-    command.add_arguments(demo)
-    _add_broker_timeout(demo)
-    demo.set_defaults(func=_cmd_demo)
+    parser = subparsers.add_parser(name, help=help_text)
+    command.add_arguments(parser)
+    if broker_timeout:
+        _add_broker_timeout(parser)
+    parser.set_defaults(func=func)
 
 
 def _require_broker(bootstrap: str | None, timeout_s: float) -> None:
@@ -236,17 +246,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 _CHAOS_HELP = "fault campaign: SIGKILL and restart consumers under load, then prove nothing was lost"
-
-
-def _add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    command = _tools_module("chaos.command")
-    if command is None:
-        _add_missing_tools_parser(subparsers, "chaos", _CHAOS_HELP)
-        return
-    chaos = subparsers.add_parser("chaos", help=_CHAOS_HELP)
-    command.add_arguments(chaos)
-    _add_broker_timeout(chaos)
-    chaos.set_defaults(func=_cmd_chaos)
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
@@ -333,16 +332,6 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
 _BENCH_HELP = "benchmarks against the plain consumer: time to fresh data, drain, steady state, store, memory"
 
 
-def _add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    command = _tools_module("bench.command")
-    if command is None:
-        _add_missing_tools_parser(subparsers, "bench", _BENCH_HELP)
-        return
-    bench = subparsers.add_parser("bench", help=_BENCH_HELP)
-    command.add_arguments(bench)
-    bench.set_defaults(func=_cmd_bench)
-
-
 def _cmd_bench(args: argparse.Namespace) -> int:
     command = _tools_module("bench.command")
     result: int = command.run(args) if command is not None else _tools_missing("bench")
@@ -362,9 +351,9 @@ def _build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_db_parser(subparsers)
     _add_status_parser(subparsers)
-    _add_demo_parser(subparsers)
-    _add_chaos_parser(subparsers)
-    _add_bench_parser(subparsers)
+    _add_tools_parser(subparsers, "demo", "demo", _DEMO_HELP, _cmd_demo, broker_timeout=True)
+    _add_tools_parser(subparsers, "chaos", "chaos.command", _CHAOS_HELP, _cmd_chaos, broker_timeout=True)
+    _add_tools_parser(subparsers, "bench", "bench.command", _BENCH_HELP, _cmd_bench, broker_timeout=False)
     _add_rollback_parser(subparsers)
     return parser
 

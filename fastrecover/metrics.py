@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from typing import Any
 
 #: Upper bounds (seconds) of the store-commit latency buckets: a store transaction takes
@@ -40,11 +41,7 @@ class LatencyRecorder:
         self._counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
     def snapshot(self) -> Latency:
-        cumulative: list[int] = []
-        running = 0
-        for n in self._counts[:-1]:
-            running += n
-            cumulative.append(running)
+        cumulative = accumulate(self._counts[:-1])  # observations <= each bound; +Inf is ``count``
         return Latency(self.count, self.total, self.maximum, tuple(zip(LATENCY_BUCKETS, cumulative, strict=True)))
 
 

@@ -21,7 +21,6 @@ from fastrecover.metrics import PartitionBackfill
 from fastrecover.prometheus import register
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import produce
-from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import lag_after_crash, parallel_config, poll_until
 
 LAG_START, LOG_END = 20, 2000
@@ -46,6 +45,15 @@ def _once(exc: BaseException) -> Any:
     return action
 
 
+def _crash_with_lag(bootstrap: str, topic_factory: Any, group: str, store_url: str, tmp_path: Path) -> str:
+    """A one-partition topic whose consumer committed LAG_START and died; the log ends at LOG_END."""
+    topic: str = topic_factory(partitions=1)
+    lag_after_crash(
+        bootstrap, topic, group, store_url, tmp_path, produced=100, commit_at=LAG_START, block_at=40, log_end=LOG_END
+    )
+    return topic
+
+
 def _backfilled(got: list[Message]) -> list[Message]:
     return [m for m in got if LAG_START <= (m.offset() or 0) < LOG_END]
 
@@ -53,18 +61,7 @@ def _backfilled(got: list[Message]) -> list[Message]:
 def test_a_backfill_moves_the_range_stream_child_and_store_metrics(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=1)
-    lag_after_crash(
-        bootstrap,
-        topic,
-        unique_group,
-        store_url,
-        tmp_path,
-        produced=100,
-        commit_at=LAG_START,
-        block_at=40,
-        log_end=LOG_END,
-    )
+    topic = _crash_with_lag(bootstrap, topic_factory, unique_group, store_url, tmp_path)
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     registry = CollectorRegistry()
     register(consumer, "m1", registry)
@@ -107,18 +104,7 @@ def test_a_backfill_moves_the_range_stream_child_and_store_metrics(
 def test_failures_move_the_child_store_and_fencing_metrics(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=1)
-    lag_after_crash(
-        bootstrap,
-        topic,
-        unique_group,
-        store_url,
-        tmp_path,
-        produced=100,
-        commit_at=LAG_START,
-        block_at=40,
-        log_end=LOG_END,
-    )
+    topic = _crash_with_lag(bootstrap, topic_factory, unique_group, store_url, tmp_path)
     consumer = Consumer(
         parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.store.retry.backoff.ms": 100})
     )
@@ -130,7 +116,7 @@ def test_failures_move_the_child_store_and_fencing_metrics(
 
         hooks.register("child-batch", _once(RuntimeError("injected child failure")))
         poll_until(consumer, got, lambda: consumer.metrics().child_restarts >= 1, 60, "the child to be restarted")
-        assert consumer.metrics().child_alive or consumer.metrics().child_restarts >= 1
+        assert consumer.metrics().child_alive  # the replacement handle is up
 
         first = _backfilled(got)[0]
         hooks.register("store-commit", _once(RuntimeError("injected store failure")))
@@ -153,18 +139,7 @@ def test_failures_move_the_child_store_and_fencing_metrics(
 def test_a_store_that_fails_the_token_write_counts_a_degraded_recovery(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=1)
-    lag_after_crash(
-        bootstrap,
-        topic,
-        unique_group,
-        store_url,
-        tmp_path,
-        produced=100,
-        commit_at=LAG_START,
-        block_at=40,
-        log_end=LOG_END,
-    )
+    topic = _crash_with_lag(bootstrap, topic_factory, unique_group, store_url, tmp_path)
     hooks.register("token-write", _once(StoreUnavailableError("injected: the store went away mid-write")))
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     try:
@@ -174,7 +149,7 @@ def test_a_store_that_fails_the_token_write_counts_a_degraded_recovery(
         m = consumer.metrics()
         assert m.degraded_recoveries == 1 and m.recoveries == 0 and m.ranges_open == 0
         assert got[0].offset() == LAG_START  # degraded: the lag is replayed by the primary, nothing skipped
-        wait_for(lambda: consumer.metrics().primary_messages >= 1, 10, 0.1, "the primary's count")
+        assert m.primary_messages >= 1 and m.child_records == 0
     finally:
         consumer.close()
 
