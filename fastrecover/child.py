@@ -100,7 +100,9 @@ class ChildReader:
             queue = self._work.get(item.key)
             if queue is None:
                 self._work[item.key] = deque([item])
-                self._start(item)
+                # No log-start round trip here: a start that retention removed comes back as an
+                # offset-out-of-range event (auto.offset.reset=error), and _on_error asks then.
+                self._start(item, check_low=False)
             elif all(w.token_id != item.token_id for w in queue):
                 head = queue.popleft()
                 rest = sorted([*queue, item], key=lambda w: w.next_offset)
@@ -197,6 +199,10 @@ class ChildReader:
         while len(out) < limit:
             if not self._segments:
                 if fetches * self._batch >= limit or self.failure is not None:
+                    break
+                if any(isinstance(e, SkipEvent) for e in self._events):
+                    # retention moved a cursor: the caller must count the skip (drain_events)
+                    # before records past it are handed out and stored
                     break
                 self._advance_read_heads()
                 if not self._work:
@@ -342,9 +348,9 @@ class ChildReader:
     def _start(self, work: RangeWork, assigned: bool | None = None, check_low: bool = True) -> None:
         """Point the handle at the range's delivery cursor, after what retention removed.
 
-        The log start is asked for when a partition starts reading or reports an offset out of
-        range; the next range of a partition already being read skips that round trip (were its
-        start gone, the fetch would report it out of range and come back here).
+        The log start is asked for only when a fetch reported an offset out of range (or a new
+        handle takes over): were a range's start gone, the child's ``auto.offset.reset=error``
+        makes the fetch report it and come back here, so the common case costs no round trip.
         """
         low = self._h.low_watermark(work.key) if check_low else None
         if low is not None and work.next_offset < low:

@@ -79,6 +79,8 @@ class RangeStore:
             threading.RLock() if is_sqlite_memory(engine.url) else contextlib.nullcontext()
         )
         self._closed = False
+        #: the connection of a :meth:`transaction` open on this thread, which the calls inside share
+        self._bound = threading.local()
 
     @property
     def url(self) -> str:
@@ -108,9 +110,33 @@ class RangeStore:
     def _tx(self, action: str, *, write: bool = False) -> Iterator[Connection]:
         if self._closed:
             raise StoreError(f"range store {self._url} is closed")
+        bound: Connection | None = getattr(self._bound, "conn", None)
+        if bound is not None:  # inside transaction(): the outer one commits or rolls back
+            with translate_errors(self._url, action):
+                yield bound
+            return
         engine = self._writer if write else self._engine
         with self._lock, translate_errors(self._url, action), engine.begin() as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def transaction(self, action: str) -> Iterator[None]:
+        """Make the calls of this thread inside the block ONE write transaction: all stored, or none.
+
+        Recovery persists the ranges of every partition it was given at once:
+        one commit (one fsync on SQLite) instead of one per partition and call.
+        A StoreError inside rolls everything back, so the caller must treat
+        every call made in the block as not done.  Nested blocks join the outer one.
+        """
+        if getattr(self._bound, "conn", None) is not None:
+            yield
+            return
+        with self._tx(action, write=True) as conn:
+            self._bound.conn = conn
+            try:
+                yield
+            finally:
+                self._bound.conn = None
 
     # -- creating -------------------------------------------------------------
 

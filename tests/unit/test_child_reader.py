@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,6 +58,11 @@ class FakeHandle:
         out: list[Message] = []
         for key, at in list(self.pos.items()):
             if key in self.paused:
+                continue
+            if at < self.low:  # auto.offset.reset=error: the fetch reports it, and stops
+                error = KafkaError(KafkaError._AUTO_OFFSET_RESET, f"offset {at} out of range")
+                out.append(Message(topic=key[0], partition=key[1], offset=at, error=error))
+                self.pos[key] = 2**62
                 continue
             records = [o for o in self.logs[key] if o >= at][: max(0, n - len(out))]
             out.extend(Message(topic=key[0], partition=key[1], offset=o) for o in records)
@@ -137,9 +142,11 @@ def test_retention_moves_the_cursor_and_reports_the_skip() -> None:
     handle = FakeHandle({("t", 0): list(range(30, 60))}, low=30)
     reader = _reader(handle)
     reader.add([RangeWork(1, KEY, 10, 10, 50)])
+    assert reader.drain_events() == [], "no log-start round trip before the first fetch"
+    assert reader.take(5) == ([], []), "nothing past the skip before the caller has counted it"
     (event,) = reader.drain_events()
     assert event.low == 30  # type: ignore[union-attr]
-    assert _drain(reader)[:2] == [30, 31]
+    assert _drain(reader)[:2] == [30, 31], "the out-of-range fetch moved the cursor to the log start"
 
 
 def test_a_failed_batch_replaces_the_handle_and_resumes_at_the_cursor() -> None:
