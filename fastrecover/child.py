@@ -27,7 +27,9 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import groupby
+from itertools import compress, islice, pairwise
+from itertools import count as _count
+from operator import ne
 from typing import Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
@@ -236,17 +238,18 @@ class ChildReader:
             return
         if any(map(Message.error, msgs)):
             msgs = self._split_errors(msgs)
-        if len(self._work) == 1:
-            (key,) = self._work
-            if set(map(Message.partition, msgs)) == {key.partition} and set(map(Message.topic, msgs)) == {key.topic}:
-                self._accept(key, msgs)
+            if not msgs:
                 return
-        keys = list(zip(map(Message.topic, msgs), map(Message.partition, msgs), strict=True))
-        start = 0
-        for tp, group in groupby(keys):
-            n = sum(1 for _ in group)
-            self._accept(TopicPartitionKey(cast(str, tp[0]), cast(int, tp[1])), msgs[start : start + n])
-            start += n
+        topics = list(map(Message.topic, msgs))
+        partitions = list(map(Message.partition, msgs))
+        single_topic = topics[0] if topics.count(topics[0]) == len(topics) else None
+        keys: list[Any] = partitions if single_topic is not None else list(zip(topics, partitions, strict=True))
+        # a fetch returns each partition's records in runs: cut at every change of partition,
+        # found by C-level comparisons of neighbours (no Python step per record)
+        cuts = [0, *compress(_count(1), map(ne, keys, islice(keys, 1, None))), len(keys)]
+        for lo, hi in pairwise(cuts):
+            topic = single_topic if single_topic is not None else topics[lo]
+            self._accept(TopicPartitionKey(cast(str, topic), cast(int, partitions[lo])), msgs[lo:hi])
 
     def _accept(self, key: TopicPartitionKey, msgs: list[Message]) -> None:
         """Cut a partition's records at its head range's end; buffer what belongs to the range."""
