@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from fastrecover import __version__, status
+from fastrecover.config import MIRROR_KEY, parse_mirror_key
 from fastrecover.errors import ConfigError, FastRecoverError
 from fastrecover.store import HEAD_REVISION, mask_url, open_store, upgrade
 from fastrecover.store.models import NAME_MAX
@@ -283,7 +284,8 @@ def _add_rollback_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
         "--command-config",
         type=argparse.FileType("r", encoding="utf-8"),
         metavar="FILE",
-        help="librdkafka properties for the admin client, one key=value a line (security settings: kept out of argv)",
+        help="librdkafka properties for the admin client, one key=value a line (security settings: kept out of "
+        f"argv); {MIRROR_KEY}=... there is the consumers' mirror key",
     )
     rb.add_argument("--dry-run", action="store_true", help="show what would move; change nothing")
     rb.add_argument("--timeout", type=float, default=15.0, help="seconds per broker request (default 15)")
@@ -297,13 +299,22 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     if args.command_config:
         with args.command_config as handle:
             extra = rb.read_properties(handle, handle.name)
+    # the consumers' mirror key, if they sign the mirror: read from the file, never from argv
+    raw_key = extra.pop(MIRROR_KEY, None)
+    mirror_key = parse_mirror_key(raw_key) if raw_key is not None else None
     admin = rb.admin_client(args.bootstrap_servers, extra, verbose=args.verbose >= 2)
     rb.check_broker(admin, args.bootstrap_servers, args.timeout)
     rb.ensure_group_empty(admin, args.group, args.bootstrap_servers, args.timeout)
     group = printable(args.group)
     with open_store(args.store_url, create=False) as store:
         plans, errors, deleted = rb.roll_back(
-            admin, store, args.group, bootstrap=args.bootstrap_servers, timeout_s=args.timeout, dry_run=args.dry_run
+            admin,
+            store,
+            args.group,
+            bootstrap=args.bootstrap_servers,
+            timeout_s=args.timeout,
+            dry_run=args.dry_run,
+            mirror_key=mirror_key,
         )
     if not plans:
         print(f"group {group!r} has no open ranges in {store.url}: nothing to roll back")

@@ -121,6 +121,15 @@ def _mirror_key(key: str, value: object) -> bytes:
     return raw
 
 
+#: the key of the mirror's signing secret (also read by ``fastrecover rollback --command-config``)
+MIRROR_KEY = "fastrecover.commit.mirror.key"
+
+
+def parse_mirror_key(value: object) -> bytes:
+    """The mirror key as the consumer reads it; ConfigError (value not shown) when it is too short."""
+    return _mirror_key(MIRROR_KEY, value)
+
+
 def _owner(key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 255:
         raise ConfigError(f"{key}: expected a non-empty string of at most 255 characters, got {value!r}")

@@ -9,7 +9,10 @@ start at the log end and never read what the open ranges still hold.
 Rollback folds the store's log back into Kafka's: for every partition with open
 ranges, Kafka's committed offset moves *back* to the lowest unfinished offset
 (the lowest committed offset of the open ranges, or Kafka's own when that is
-lower), then those open tokens are deleted.  Done tokens stay: they record
+lower), then those open tokens are deleted.  Ranges that only the
+commit-metadata mirror still names (the store lost them: wiped, restored from an
+old backup, or the wrong URL) count too, from their start: the mirror is
+untrusted, so it may only move an offset back, which costs duplicates at worst.  Done tokens stay: they record
 finished work.  A plain consumer then re-reads from there: duplicates (records
 the primary or the child had already finished above that offset), never loss.
 
@@ -29,10 +32,13 @@ from typing import TYPE_CHECKING
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from fastrecover.book import mirror_context
+from fastrecover.codec import decode_mirror
 from fastrecover.errors import BrokerUnavailableError as BrokerUnavailableError  # re-exported: it was defined here
-from fastrecover.errors import ConfigError, FastRecoverError, StateError
+from fastrecover.errors import CodecError, ConfigError, FastRecoverError, StateError
+from fastrecover.ranges import OffsetRange, subtract
 from fastrecover.tables import format_table, printable
-from fastrecover.tokens import Token
+from fastrecover.tokens import Token, TopicPartitionKey
 
 if TYPE_CHECKING:
     from fastrecover.store.sql import RangeStore
@@ -50,6 +56,7 @@ class PartitionRollback:
     ``kafka_before`` is None when the group had no committed offset there;
     ``target`` is None when Kafka's offset is already at or below every open
     range's committed offset (only the tokens are deleted then).
+    ``mirrored`` are the spans only the commit-metadata mirror names.
     """
 
     topic: str
@@ -59,22 +66,65 @@ class PartitionRollback:
     target: int | None
     token_ids: tuple[int, ...]
     error: str | None = None
+    mirrored: tuple[OffsetRange, ...] = ()
 
 
-def plan_rollback(open_tokens: Sequence[Token], kafka: Mapping[tuple[str, int], int | None]) -> list[PartitionRollback]:
-    """Pure: per partition with open ranges, where Kafka's offset must go (never forwards)."""
+def plan_rollback(
+    open_tokens: Sequence[Token],
+    kafka: Mapping[tuple[str, int], int | None],
+    mirror_only: Mapping[tuple[str, int], Sequence[OffsetRange]] | None = None,
+) -> list[PartitionRollback]:
+    """Pure: per partition with unfinished ranges, where Kafka's offset must go (never forwards).
+
+    ``mirror_only`` are spans the mirror names and the store does not know at all;
+    they are unfinished from their start.
+    """
     by_partition: dict[tuple[str, int], list[Token]] = {}
     for token in open_tokens:
         if token.is_open:
             by_partition.setdefault((token.topic, token.partition), []).append(token)
+    lost = {k: tuple(v) for k, v in (mirror_only or {}).items() if v}
     plans: list[PartitionRollback] = []
-    for (topic, partition), tokens in sorted(by_partition.items()):
-        lowest = min(t.progress.committed for t in tokens)
+    for topic, partition in sorted(set(by_partition) | set(lost)):
+        tokens = by_partition.get((topic, partition), [])
+        spans = lost.get((topic, partition), ())
+        lowest = min([t.progress.committed for t in tokens] + [span.start for span in spans])
         before = kafka.get((topic, partition))
         target = lowest if before is None or lowest < before else None
         ids = tuple(sorted(t.id for t in tokens))
-        plans.append(PartitionRollback(topic, partition, before, lowest, target, ids))
+        plans.append(PartitionRollback(topic, partition, before, lowest, target, ids, mirrored=spans))
     return plans
+
+
+def mirror_only_spans(
+    metadata: Mapping[tuple[str, int], str | None],
+    known: Sequence[Token],
+    group: str,
+    key: bytes | None,
+) -> dict[tuple[str, int], list[OffsetRange]]:
+    """Pure: spans the committed metadata mirrors as unfinished that no store token (open or done) covers.
+
+    Unreadable or foreign metadata names nothing (logged): the store stays the authority.
+    """
+    spans_by_partition: dict[tuple[str, int], list[OffsetRange]] = {}
+    for token in known:
+        spans_by_partition.setdefault((token.topic, token.partition), []).append(token.span)
+    out: dict[tuple[str, int], list[OffsetRange]] = {}
+    for (topic, partition), text in sorted(metadata.items()):
+        if not text:
+            continue
+        try:
+            mirrored = decode_mirror(text, key=key, context=mirror_context(group, TopicPartitionKey(topic, partition)))
+        except CodecError as exc:
+            log.warning("ignoring the unreadable commit-metadata mirror of %s[%d]: %s", topic, partition, exc)
+            continue
+        known_here = spans_by_partition.get((topic, partition), [])
+        lost = [
+            piece for entry in mirrored if not entry.done for piece in subtract(entry.span, known_here) if len(piece)
+        ]
+        if lost:
+            out[(topic, partition)] = sorted(lost, key=lambda r: r.start)
+    return out
 
 
 def admin_client(bootstrap: str, extra: Mapping[str, str] | None = None, *, verbose: bool = False) -> AdminClient:
@@ -131,19 +181,20 @@ def ensure_group_empty(admin: AdminClient, group: str, bootstrap: str, timeout_s
 
 
 def kafka_offsets(
-    admin: AdminClient, group: str, partitions: Sequence[tuple[str, int]], bootstrap: str, timeout_s: float
-) -> dict[tuple[str, int], int | None]:
-    if not partitions:
-        return {}
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])
+    admin: AdminClient, group: str, bootstrap: str, timeout_s: float
+) -> tuple[dict[tuple[str, int], int | None], dict[tuple[str, int], str | None]]:
+    """Every committed offset of the group, and the metadata committed with it."""
+    request = ConsumerGroupTopicPartitions(group)
     future = admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group]
     result = _result(future, bootstrap, timeout_s, f"reading the committed offsets of group {group!r}")
-    out: dict[tuple[str, int], int | None] = {}
+    offsets: dict[tuple[str, int], int | None] = {}
+    metadata: dict[tuple[str, int], str | None] = {}
     for tp in getattr(result, "topic_partitions", []) or []:
         if tp.error is not None:
             raise FastRecoverError(f"reading the committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
-        out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
-    return out
+        offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+        metadata[(tp.topic, tp.partition)] = tp.metadata
+    return offsets, metadata
 
 
 def move_offsets(
@@ -171,16 +222,23 @@ def move_offsets(
 
 
 def roll_back(
-    admin: AdminClient, store: RangeStore, group: str, *, bootstrap: str, timeout_s: float, dry_run: bool
+    admin: AdminClient,
+    store: RangeStore,
+    group: str,
+    *,
+    bootstrap: str,
+    timeout_s: float,
+    dry_run: bool,
+    mirror_key: bytes | None = None,
 ) -> tuple[list[PartitionRollback], dict[tuple[str, int], str], int]:
     """Plan (and unless ``dry_run`` carry out) the rollback of ``group``: (plans, errors by partition, deleted).
 
     Open ranges are deleted only for the partitions whose new Kafka offset the
     broker confirmed; a partition that failed keeps its ranges.
     """
-    tokens = store.open_ranges(group)
-    partitions = sorted({(t.topic, t.partition) for t in tokens})
-    plans = plan_rollback(tokens, kafka_offsets(admin, group, partitions, bootstrap, timeout_s))
+    known = store.ranges(group)  # a corrupt open token must stop the rollback, not vanish from it
+    offsets, metadata = kafka_offsets(admin, group, bootstrap, timeout_s)
+    plans = plan_rollback(known, offsets, mirror_only_spans(metadata, known, group, mirror_key))
     if not plans or dry_run:
         return plans, {}, 0
     # the group must still be empty right before the move; Kafka refuses it otherwise anyway
@@ -225,7 +283,7 @@ def format_rollback(plans: Sequence[PartitionRollback], errors: Mapping[tuple[st
                 "-" if p.kafka_before is None else str(p.kafka_before),
                 str(p.lowest_unfinished),
                 str(p.target if p.target is not None else p.kafka_before),
-                ", ".join(f"#{i}" for i in p.token_ids),
+                ", ".join([f"#{i}" for i in p.token_ids] + [f"mirror [{r.start}, {r.end})" for r in p.mirrored]),
                 result,
             )
         )

@@ -5,9 +5,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastrecover.ranges import RangeProgress
-from fastrecover.rollback import plan_rollback
-from fastrecover.tokens import Token, TokenState
+from fastrecover.book import mirror_context
+from fastrecover.codec import encode_mirror
+from fastrecover.ranges import OffsetRange, RangeProgress
+from fastrecover.rollback import mirror_only_spans, plan_rollback
+from fastrecover.tokens import Token, TokenState, TopicPartitionKey
 
 
 def _token(token_id: int, partition: int, start: int, end: int, committed: int, *, done: bool = False) -> Token:
@@ -50,3 +52,33 @@ def test_never_forwards_and_covers_every_unfinished_offset(
         open_here = [t for t in tokens if t.is_open and t.partition == plan.partition]
         assert after <= min(t.progress.committed for t in open_here)
         assert set(plan.token_ids) == {t.id for t in open_here}
+
+
+def _mirror(group: str, partition: int, *ranges: RangeProgress, key: bytes | None = None) -> str:
+    text = encode_mirror(list(ranges), key=key, context=mirror_context(group, TopicPartitionKey("t", partition)))
+    assert text is not None
+    return text
+
+
+def test_a_range_only_the_mirror_names_is_unfinished_from_its_start() -> None:
+    # the store lost [10, 300); the mirror claims it is committed to 250: untrusted, so 10 counts
+    metadata = {("t", 0): _mirror("g", 0, RangeProgress(10, 300, 250)), ("t", 1): None}
+    lost = mirror_only_spans(metadata, [], "g", None)
+    assert lost == {("t", 0): [OffsetRange(10, 300)]}
+    (plan,) = plan_rollback([], {("t", 0): 600}, lost)
+    assert plan.target == 10 and plan.token_ids == () and plan.mirrored == (OffsetRange(10, 300),)
+
+
+def test_spans_the_store_knows_are_not_taken_from_the_mirror() -> None:
+    done = _token(1, 0, 10, 200, 200, done=True)
+    metadata = {("t", 0): _mirror("g", 0, RangeProgress(10, 300, 10))}
+    assert mirror_only_spans(metadata, [done], "g", None) == {("t", 0): [OffsetRange(200, 300)]}
+
+
+def test_foreign_or_unreadable_metadata_names_nothing() -> None:
+    key = b"k" * 16
+    signed = _mirror("g", 0, RangeProgress(10, 300, 10), key=key)
+    assert mirror_only_spans({("t", 0): signed}, [], "other-group", key) == {}, "bound to another group"
+    assert mirror_only_spans({("t", 0): signed}, [], "g", key) == {("t", 0): [OffsetRange(10, 300)]}
+    assert mirror_only_spans({("t", 0): "fr1:!!!not base64"}, [], "g", None) == {}
+    assert mirror_only_spans({("t", 0): "the application's own metadata"}, [], "g", None) == {}
