@@ -86,7 +86,8 @@ class RangeBook:
         self._group = group
         self._mirror_key = mirror_key
         self._by_id: dict[int, Held] = {}
-        self._by_key: dict[TopicPartitionKey, list[int]] = {}
+        #: held token ids per partition; read directly (never written) by the hot commit paths
+        self.by_key: dict[TopicPartitionKey, list[int]] = {}
         self._mirror: dict[TopicPartitionKey, str] = {}
         self._spans: dict[TopicPartitionKey, list[tuple[int, OffsetRange]]] = {}
         self._next_parked_id = -1
@@ -118,7 +119,7 @@ class RangeBook:
         # _by_key would outlive remove() and make held()/spans() raise KeyError.
         self.remove(held.token.id)
         self._by_id[held.token.id] = held
-        self._by_key.setdefault(held.token.key, []).append(held.token.id)
+        self.by_key.setdefault(held.token.key, []).append(held.token.id)
         self._mirror.pop(held.token.key, None)
         self._spans.pop(held.token.key, None)
 
@@ -128,35 +129,35 @@ class RangeBook:
     def held(self, key: TopicPartitionKey | None = None) -> list[Held]:
         if key is None:
             return list(self._by_id.values())
-        return [self._by_id[i] for i in self._by_key.get(key, ())]
+        return [self._by_id[i] for i in self.by_key.get(key, ())]
 
     def keys(self) -> list[TopicPartitionKey]:
-        return list(self._by_key)
+        return list(self.by_key)
 
     def spans(self, key: TopicPartitionKey) -> list[tuple[int, OffsetRange]]:
         """Open, claimed ranges of a partition, for commit routing (cached: every commit asks)."""
         spans = self._spans.get(key)
         if spans is None:
-            spans = [(i, self._by_id[i].token.span) for i in self._by_key.get(key, ()) if not self._by_id[i].parked]
+            spans = [(i, self._by_id[i].token.span) for i in self.by_key.get(key, ()) if not self._by_id[i].parked]
             self._spans[key] = spans
         return spans
 
     def holds(self, key: TopicPartitionKey) -> bool:
         """Whether any range of ``key`` is held, parked ones included."""
-        return key in self._by_key
+        return key in self.by_key
 
     def routes(self) -> set[TopicPartitionKey]:
         """Partitions with at least one claimed range: only their commits need routing."""
-        return {k for k in self._by_key if self.spans(k)}
+        return {k for k in self.by_key if self.spans(k)}
 
     def remove(self, token_id: int) -> Held | None:
         held = self._by_id.pop(token_id, None)
         if held is not None:
-            ids = self._by_key.get(held.token.key, [])
+            ids = self.by_key.get(held.token.key, [])
             if token_id in ids:
                 ids.remove(token_id)
             if not ids:
-                self._by_key.pop(held.token.key, None)
+                self.by_key.pop(held.token.key, None)
             self._mirror.pop(held.token.key, None)
             self._spans.pop(held.token.key, None)
         return held
@@ -164,7 +165,7 @@ class RangeBook:
     def remove_partitions(self, keys: Iterable[TopicPartitionKey]) -> list[Held]:
         removed: list[Held] = []
         for key in list(keys):
-            for token_id in list(self._by_key.get(key, ())):
+            for token_id in list(self.by_key.get(key, ())):
                 held = self.remove(token_id)
                 if held is not None:
                     removed.append(held)

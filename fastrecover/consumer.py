@@ -172,12 +172,15 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         """
         fr = self._fr
         if fr is not None and offsets is None and type(message) is Message:
+            if not (fr.routes or fr.floors or fr.book.by_key):
+                # no range, mirror or floor on any partition (the steady state): plain's own commit
+                return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
             key = (message.topic(), message.partition())
             if key in fr.routes:
                 if asynchronous is True:
                     fr.deferred.append(message)  # the write-behind path: routed in bulk at the next tick
                     return None
-            elif not fr.floors and not fr.book.holds(key):  # type: ignore[arg-type]
+            elif not fr.floors and key not in fr.book.by_key:
                 # nothing of ours on this partition (no range, no mirror, no floor): plain's own commit
                 return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         if fr is None or (message is not None and (offsets is not None or type(message) is not Message)):
@@ -196,8 +199,8 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         """
         fr = self._fr
         if fr is not None and offsets is None and type(message) is Message and not fr.auto_store:
-            key = (message.topic(), message.partition())
-            if key not in fr.routes and not fr.floors and not fr.book.holds(key):  # type: ignore[arg-type]
+            key = None if not (fr.routes or fr.floors or fr.book.by_key) else (message.topic(), message.partition())
+            if key is None or (key not in fr.routes and not fr.floors and key not in fr.book.by_key):
                 _K.store_offsets(self, message=message)  # nothing of ours on this partition: plain's own call
                 return
         if (

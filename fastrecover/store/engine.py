@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sqlite3
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -102,23 +103,19 @@ def _reason(exc: BaseException) -> str:
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [sqlite3.OperationalError]
-    try:
-        import psycopg
+    """The drivers' own "cannot connect" errors (raised raw from pool hooks).
 
-        errors.append(psycopg.OperationalError)
-    except ImportError:  # psycopg is an optional extra
-        pass
-    return tuple(errors)
+    psycopg is looked up, never imported: SQLAlchemy loads it with a PostgreSQL
+    engine, and a store on SQLite should not pay its import (~0.15 s).
+    """
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None:
+        return (sqlite3.OperationalError,)
+    return (sqlite3.OperationalError, psycopg.OperationalError)
 
 
-#: What "cannot talk to the database" looks like, wrapped by SQLAlchemy or raw from a pool hook.
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    OperationalError,
-    InterfaceError,
-    PoolTimeoutError,
-    *_driver_errors(),
-)
+#: What "cannot talk to the database" looks like, wrapped by SQLAlchemy (plus :func:`_driver_errors`).
+_UNAVAILABLE: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, PoolTimeoutError)
 
 
 _TRANSLATED: tuple[type[BaseException], ...] = (*_UNAVAILABLE, DBAPIError, sqlite3.DatabaseError)
@@ -134,12 +131,15 @@ def translate_errors(masked_url: str, action: str) -> Iterator[None]:
     """
     try:
         yield
-    except _TRANSLATED as exc:
+    except Exception as exc:
+        drivers = _driver_errors()
+        if not isinstance(exc, _TRANSLATED + drivers):
+            raise
         if _is_corrupt(exc):
             raise StoreCorruptError(
                 f"range store {masked_url} is not a usable database while {action}: {_reason(exc)}"
             ) from exc
-        if isinstance(exc, _UNAVAILABLE):
+        if isinstance(exc, _UNAVAILABLE + drivers):
             raise StoreUnavailableError(
                 f"range store {masked_url} is unavailable while {action}: {_reason(exc)}"
             ) from exc

@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -112,6 +111,8 @@ def _insert_ignore(conn: Connection, values: Mapping[str, Any]) -> None:
     """Insert unless a row with the same key exists (ON CONFLICT DO NOTHING where the dialect has it)."""
     dialect = conn.dialect.name
     if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert  # loaded with a PostgreSQL engine anyway
+
         conn.execute(pg_insert(TABLE).values(**values).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key"))
     elif dialect == "sqlite":
         conn.execute(sqlite_insert(TABLE).values(**values).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS)))

@@ -138,6 +138,11 @@ def test_url_for_child_keeps_secrets_off_argv() -> None:
     assert url_for_child("sqlite:///x.db") == ("sqlite:///x.db", {})
 
 
+def test_chaos_config_repr_hides_the_store_password() -> None:
+    config = ChaosConfig(bootstrap="127.0.0.1:9", store_url="postgresql+psycopg://fr:" + SECRET + "@db/fr")
+    assert SECRET not in repr(config) and SECRET not in str(config)
+
+
 def test_chaos_workers_get_the_secret_through_the_environment(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://app:{SECRET}@127.0.0.1:5432/db"
     driver = ChaosDriver(ChaosConfig(bootstrap="127.0.0.1:1", store_url=url, workdir=tmp_path, topics=1))

@@ -81,7 +81,7 @@ class ChaosConfig:
     """What to run; the defaults are the bounded CI campaign's."""
 
     bootstrap: str
-    store_url: str
+    store_url: str = field(repr=False)  # may carry a password: left out of repr()
     workdir: Path
     cycles: int = 20
     members: int = 1
