@@ -138,8 +138,9 @@ def test_url_for_child_keeps_secrets_off_argv() -> None:
     assert url_for_child("sqlite:///x.db") == ("sqlite:///x.db", {})
 
 
-def test_chaos_config_repr_hides_the_store_password() -> None:
-    config = ChaosConfig(bootstrap="127.0.0.1:9", store_url="postgresql+psycopg://fr:" + SECRET + "@db/fr")
+def test_chaos_config_repr_hides_the_store_password(tmp_path: Path) -> None:
+    url = "postgresql+psycopg://fr:" + SECRET + "@db/fr"
+    config = ChaosConfig(bootstrap="127.0.0.1:9", store_url=url, workdir=tmp_path)
     assert SECRET not in repr(config) and SECRET not in str(config)
 
 
