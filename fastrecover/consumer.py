@@ -203,6 +203,9 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             if key is None or (key not in fr.routes and not fr.floors and key not in fr.book.by_key):
                 _K.store_offsets(self, message=message)  # nothing of ours on this partition: plain's own call
                 return
+            if key in fr.routes:
+                fr.deferred_stored.append(message)  # a partition with ranges: routed in bulk at the next tick
+                return
         if (
             fr is None
             or (message is None) == (offsets is None)

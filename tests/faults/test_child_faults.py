@@ -7,13 +7,18 @@ import pytest
 from fastrecover.store import open_store
 from fastrecover.tokens import Token
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
 
 
-def test_child_crash_and_sigkill_mid_range_resume_from_committed(chaos_driver: DriverFactory) -> None:
-    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=150.0, min_offsets=20)
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
+def test_child_crash_and_sigkill_mid_range_resume_from_committed(
+    chaos_driver: DriverFactory, group_protocol: str
+) -> None:
+    driver = chaos_driver(
+        members=1, cycles=0, topics=1, partitions=3, rate=150.0, min_offsets=20, group_protocol=group_protocol
+    )
     driver.start(spawn=False)
     first = driver.spawn(0, faults=False, extra=["--commit", "sync"])
     wait_for(lambda: driver.finished_by(0, 0) >= 200, 60, 0.1, "the first incarnation to finish 200 records")

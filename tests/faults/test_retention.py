@@ -9,14 +9,24 @@ from confluent_kafka.admin import AdminClient
 from fastrecover.store import open_store
 from fastrecover_tools.chaos.report import format_result
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
 
 
-def test_retention_inside_an_open_range_is_counted_and_reported(chaos_driver: DriverFactory) -> None:
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
+def test_retention_inside_an_open_range_is_counted_and_reported(
+    chaos_driver: DriverFactory, group_protocol: str
+) -> None:
     driver = chaos_driver(
-        members=1, cycles=0, topics=1, partitions=3, rate=300.0, stall_share=0.0, fail_child_share=0.0
+        members=1,
+        cycles=0,
+        topics=1,
+        partitions=3,
+        rate=300.0,
+        stall_share=0.0,
+        fail_child_share=0.0,
+        group_protocol=group_protocol,
     )
     driver.start(spawn=False)
     driver.spawn(0, faults=False, extra=["--commit", "sync"])

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine, make_url
 from fastrecover.store import open_store
 from fastrecover_tools.chaos.driver import ChaosDriver, WorkerProc
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
 
@@ -63,11 +63,21 @@ def _finishes_after(driver: ChaosDriver, since_ms: int) -> None:
     wait_for(lambda: driver.finished_by(0, since_ms) > 0, 60, 0.1, "the member to keep finishing records")
 
 
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
 def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(
-    chaos_driver: DriverFactory, tmp_path: Path
+    chaos_driver: DriverFactory, tmp_path: Path, group_protocol: str
 ) -> None:
     db = tmp_path / "ranges.db"
-    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=150.0, store_url=f"sqlite:///{db}", **QUIET)
+    driver = chaos_driver(
+        members=1,
+        cycles=0,
+        topics=1,
+        partitions=3,
+        rate=150.0,
+        store_url=f"sqlite:///{db}",
+        group_protocol=group_protocol,
+        **QUIET,
+    )
     _first_run(driver)
     _lag(driver, 450)
     # incarnation 2 opens ranges and is SIGKILLed mid-range (they are in the store and in the mirror)
@@ -120,11 +130,21 @@ def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(
         ), f"{old.describe()} not restored: {[t.describe() for t in restored]}"
 
 
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
 def test_sqlite_locked_during_backfill_commits_fails_loudly_and_retries(
-    chaos_driver: DriverFactory, tmp_path: Path
+    chaos_driver: DriverFactory, tmp_path: Path, group_protocol: str
 ) -> None:
     db = tmp_path / "ranges.db"
-    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=300.0, store_url=f"sqlite:///{db}", **QUIET)
+    driver = chaos_driver(
+        members=1,
+        cycles=0,
+        topics=1,
+        partitions=3,
+        rate=300.0,
+        store_url=f"sqlite:///{db}",
+        group_protocol=group_protocol,
+        **QUIET,
+    )
     _first_run(driver)
     _lag(driver, 1500)
     second = driver.spawn(0, faults=False, extra=["--commit", "sync", "--commit-every", "20", "--work-us", "2000"])
@@ -166,11 +186,14 @@ def _pg_reachable(admin: Engine, name: str, reachable: bool) -> None:
             conn.exec_driver_sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
 
 
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
 def test_postgresql_unreachable_during_recovery_and_backfill_commits(
-    chaos_driver: DriverFactory, pg_store: tuple[str, str], pg_admin_engine: Engine
+    chaos_driver: DriverFactory, pg_store: tuple[str, str], pg_admin_engine: Engine, group_protocol: str
 ) -> None:
     url, name = pg_store
-    driver = chaos_driver(members=1, cycles=0, topics=1, partitions=3, rate=300.0, store_url=url, **QUIET)
+    driver = chaos_driver(
+        members=1, cycles=0, topics=1, partitions=3, rate=300.0, store_url=url, group_protocol=group_protocol, **QUIET
+    )
     _first_run(driver)
     _lag(driver, 600)
 
