@@ -9,7 +9,10 @@ record, and so count as done.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count, islice, pairwise
+from operator import ne
 from typing import TYPE_CHECKING
 
 from fastrecover.tokens import TopicPartitionKey
@@ -18,6 +21,19 @@ if TYPE_CHECKING:
     from confluent_kafka import Message
 
     from fastrecover.book import RangeWork
+
+
+def runs(keys: Sequence[Hashable]) -> list[tuple[int, int]]:
+    """``[lo, hi)`` index spans of ``keys`` holding one key each, in order.
+
+    A fetch returns each partition's records in runs, so a batch is cut at every
+    change of key: the neighbours are compared by C-level ``map``/``compress``,
+    never a Python step per record, and the work per batch is per run.
+    """
+    if not keys:
+        return []
+    cuts = [0, *compress(count(1), map(ne, keys, islice(keys, 1, None))), len(keys)]
+    return list(pairwise(cuts))
 
 
 @dataclass(frozen=True)

@@ -27,16 +27,13 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import compress, islice, pairwise
-from itertools import count as _count
-from operator import ne
 from typing import Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from fastrecover import hooks
-from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, cut_batch
+from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, cut_batch, runs
 from fastrecover.book import RangeWork
 from fastrecover.child_handle import ChildHandle
 from fastrecover.tokens import TopicPartitionKey
@@ -244,10 +241,7 @@ class ChildReader:
         partitions = list(map(Message.partition, msgs))
         single_topic = topics[0] if topics.count(topics[0]) == len(topics) else None
         keys: list[Any] = partitions if single_topic is not None else list(zip(topics, partitions, strict=True))
-        # a fetch returns each partition's records in runs: cut at every change of partition,
-        # found by C-level comparisons of neighbours (no Python step per record)
-        cuts = [0, *compress(_count(1), map(ne, keys, islice(keys, 1, None))), len(keys)]
-        for lo, hi in pairwise(cuts):
+        for lo, hi in runs(keys):
             topic = single_topic if single_topic is not None else topics[lo]
             self._accept(TopicPartitionKey(cast(str, topic), cast(int, partitions[lo])), msgs[lo:hi])
 

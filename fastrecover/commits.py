@@ -15,6 +15,7 @@ from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import hooks
+from fastrecover.batches import runs
 from fastrecover.codec import is_mirror
 from fastrecover.errors import StoreError
 from fastrecover.mode_state import ModeState, key_of
@@ -60,12 +61,12 @@ class CommitPaths(ModeState):
         grouped: dict[TopicPartitionKey, list[int]] = {}
         topic = self.offsets.single_topic
         partitions = list(map(Message.partition, msgs))
-        if topic is not None and len(set(partitions)) == 1:  # the usual batch: one partition, C-level checks
-            grouped = {TopicPartitionKey(topic, cast(int, partitions[0])): offsets}
-        else:
+        keys: list[Any] = partitions
+        if topic is None:
             keys = list(zip(map(Message.topic, msgs), partitions, strict=True))
-            for k, o in zip(keys, offsets, strict=True):
-                grouped.setdefault(TopicPartitionKey(*cast(tuple[str, int], k)), []).append(o)
+        for lo, hi in runs(keys):  # per run of one partition, never per record
+            key = TopicPartitionKey(topic, keys[lo]) if topic is not None else TopicPartitionKey(*keys[lo])
+            grouped.setdefault(key, []).extend(offsets[lo:hi])
         for key, key_offsets in grouped.items():
             routed, mine = route_records(key_offsets, self.book.spans(key))
             for token_id, done in routed.items():

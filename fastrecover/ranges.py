@@ -120,8 +120,11 @@ class RangeProgress:
             return self  # all finished already (e.g. the stored view ran ahead)
         if isinstance(offsets, list) and offsets and not self.completed:
             first, last = offsets[0], offsets[-1]
-            if first == self.committed and last - first + 1 == len(offsets) and last < self.end:
-                return RangeProgress(self.start, self.end, last + 1)  # in-order run: the common case
+            # an in-order run (the common case) advances at once; first, last and the length alone
+            # are not proof of one: [0, 0, 2] or [0, -3, 5, ...] have them too, and would finish
+            # offsets nobody marked, so the run itself is compared (in C)
+            if first == self.committed and last < self.end and offsets == [*range(first, last + 1)]:
+                return RangeProgress(self.start, self.end, last + 1)
         fresh = {o for o in offsets if self.committed <= o < self.end and o not in self.completed}
         if not fresh:
             return self

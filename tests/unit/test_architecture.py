@@ -117,7 +117,7 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover.spark.source", "fastrecover.spark.state"),
         ("fastrecover.spark.source", "fastrecover.store"),
         ("fastrecover.spark.source", "pyspark.sql.pandas.types"),
-        ("fastrecover.store.engine", "psycopg"),
+        ("fastrecover.store.writes", "sqlalchemy.dialects.postgresql"),  # only a PostgreSQL store needs it
         ("fastrecover.store.schema", "alembic"),
         ("fastrecover.store.schema", "alembic.config"),
         ("fastrecover.store.schema", "alembic.script"),

@@ -258,6 +258,22 @@ class TestRangeProgressBasics:
     data=st.data(),
 )
 def test_any_marking_order_commits_the_smallest_unfinished(span: OffsetRange, data: st.DataObject) -> None:
+    _check_marking(span, data)
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [[0, -3, -3, -3, -3, 5], [0, 0, 2], [0, 2, 2], [0, 7, 2]],
+    ids=["out-of-range-fillers", "duplicate-hides-a-gap", "duplicate-at-the-end", "unsorted"],
+)
+def test_a_batch_that_only_looks_like_a_run_finishes_only_what_it_names(batch: list[int]) -> None:
+    """Regression: first == committed and last - first + 1 == len(batch) once passed for a run (loss)."""
+    p = RangeProgress.fresh(0, 6).mark_done(batch)
+    assert finished_set(p) == {o for o in batch if 0 <= o < 6}
+    assert p.committed == min(set(range(6)) - set(batch), default=6)
+
+
+def _check_marking(span: OffsetRange, data: st.DataObject) -> None:
     offsets = list(range(span.start - 3, span.end + 3))
     marked_batches = data.draw(
         st.lists(st.lists(st.sampled_from(offsets), max_size=6), max_size=15) if offsets else st.just([])
