@@ -45,7 +45,9 @@ pytestmark = pytest.mark.integration
 
 COMMITTED = 100
 LOG_END = 3000
-BOTH = ("plain", "on")
+#: every behaviour is run by plain confluent_kafka, fastrecover with the mode off (which must be plain
+#: exactly) and with it on (which must match plain wherever the KIP makes no difference)
+BOTH = ("plain", "off", "on")
 
 
 def _lag(bootstrap: str, topic: str, group: str, flavour: str, partitions: int = 1, log_end: int = LOG_END) -> str:
@@ -127,6 +129,7 @@ def test_commit_of_an_unassigned_partition_is_accepted(
             )
         finally:
             consumer.close()
+    assert got["off"] == got["plain"], f"plain {got['plain']}, mode off {got['off']}"
     assert got["on"] == got["plain"], f"plain {got['plain']}, fastrecover {got['on']}"
     assert commit_offset_of(bootstrap, f"{unique_group}-on", topic, 1) == 150
 
@@ -158,6 +161,7 @@ def test_commit_of_a_revoked_partition_is_accepted(
             got[flavour] = _shape(outcome(partial(consumer.commit, message=record, asynchronous=asynchronous)))
         finally:
             consumer.close()
+    assert got["off"] == got["plain"]
     assert got["on"] == got["plain"]
 
 
@@ -208,6 +212,7 @@ def test_commit_after_a_raising_on_assign_is_accepted(
             got[flavour] = (len(raised), _shape(by_message)[:2], _shape(by_offsets)[:2], extra)
         finally:
             consumer.close()
+    assert got["off"] == got["plain"]
     assert got["on"] == got["plain"]
 
 
@@ -238,6 +243,7 @@ def test_sync_commit_with_nothing_to_commit_raises_no_offset(
         finally:
             consumer.close()
     assert got["plain"].kind == "raise"
+    assert got["off"] == got["plain"], f"plain {got['plain']}, mode off {got['off']}"
     assert got["on"] == got["plain"], f"plain {got['plain']}, fastrecover {got['on']}"
 
 
@@ -260,6 +266,7 @@ def test_user_metadata_inside_a_range_comes_back_from_committed(
         finally:
             consumer.close()
     assert got["plain"] == [(COMMITTED, got["plain"][0][1]), (175, "app: batch 7")]
+    assert got["off"] == got["plain"]
     assert got["on"] == got["plain"]
 
 
@@ -296,6 +303,7 @@ def test_pause_of_every_partition_stops_backfill_records(
         finally:
             consumer.close()
     assert while_paused["plain"] == 0
+    assert while_paused["off"] == 0
     assert while_paused["on"] == 0
 
 
@@ -328,6 +336,7 @@ def test_seek_back_retry_duplicates_like_plain(
     extra_plain = sum(delivered["plain"].values()) - len(delivered["plain"])
     extra_ours = sum(delivered["on"].values()) - len(delivered["on"])
     assert extra_ours == extra_plain, f"duplicates: plain {extra_plain}, fastrecover {extra_ours}"
+    assert delivered["off"] == delivered["plain"], "mode off re-delivers exactly what plain does"
 
 
 @pytest.mark.parametrize(
@@ -368,8 +377,9 @@ def test_on_assign_start_offsets_are_honoured(
             delivered[flavour] = Counter(_offsets(seen))
         finally:
             consumer.close()
-    assert offered["on"] == offered["plain"], "on_assign sees the partitions plain's callback sees"
+    assert offered["off"] == offered["on"] == offered["plain"], "on_assign sees the partitions plain's callback sees"
     assert delivered["plain"] == Counter(range(first, LOG_END))
+    assert delivered["off"] == delivered["plain"]
     assert delivered["on"] == delivered["plain"]
 
 
@@ -403,6 +413,7 @@ def test_partition_eof_means_the_application_has_everything(
             consumer.close()
     assert got["plain"] == {p: set(range(COMMITTED, LOG_END)) for p in (0, 1)}
     missing = {p: len(got["plain"][p] - got["on"][p]) for p in (0, 1)}
+    assert got["off"] == got["plain"], "mode off reports EOF where plain does"
     assert got["on"] == got["plain"], f"records missing at EOF per partition: {missing}"
 
 
@@ -677,6 +688,7 @@ def test_set_sasl_credentials_behaves_like_plain_during_a_backfill(
             _records(consumer, seen, lambda s: len(s) >= 100, 30, "records after the credentials change")
         finally:
             consumer.close()
+    assert got["off"] == got["plain"]
     assert got["on"] == got["plain"]
 
 
