@@ -17,7 +17,14 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(
     chaos_driver: DriverFactory, group_protocol: str
 ) -> None:
     driver = chaos_driver(
-        members=1, cycles=0, topics=1, partitions=3, rate=150.0, min_offsets=20, group_protocol=group_protocol
+        members=1,
+        cycles=0,
+        topics=1,
+        partitions=3,
+        rate=150.0,
+        min_offsets=20,
+        group_protocol=group_protocol,
+        static=group_protocol == "classic",
     )
     driver.start(spawn=False)
     first = driver.spawn(0, faults=False, extra=["--commit", "sync"])

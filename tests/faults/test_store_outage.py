@@ -76,6 +76,7 @@ def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(
         rate=150.0,
         store_url=f"sqlite:///{db}",
         group_protocol=group_protocol,
+        static=group_protocol == "classic",
         **QUIET,
     )
     _first_run(driver)
@@ -143,6 +144,7 @@ def test_sqlite_locked_during_backfill_commits_fails_loudly_and_retries(
         rate=300.0,
         store_url=f"sqlite:///{db}",
         group_protocol=group_protocol,
+        static=group_protocol == "classic",
         **QUIET,
     )
     _first_run(driver)
@@ -192,7 +194,15 @@ def test_postgresql_unreachable_during_recovery_and_backfill_commits(
 ) -> None:
     url, name = pg_store
     driver = chaos_driver(
-        members=1, cycles=0, topics=1, partitions=3, rate=300.0, store_url=url, group_protocol=group_protocol, **QUIET
+        members=1,
+        cycles=0,
+        topics=1,
+        partitions=3,
+        rate=300.0,
+        store_url=url,
+        group_protocol=group_protocol,
+        static=group_protocol == "classic",
+        **QUIET,
     )
     _first_run(driver)
     _lag(driver, 600)
