@@ -57,6 +57,8 @@ class CommitPaths(ModeState):
         """Records of partitions with ranges, split in bulk: offsets per range, next offset per partition."""
         by_range: dict[int, list[int]] = {}
         primary: dict[TopicPartitionKey, int] = {}
+        if any(map(Message.error, msgs)):  # an event is no record: its offset (the log end for EOF) is no one's work
+            msgs = [m for m in msgs if m.error() is None]
         offsets = cast(list[int], list(map(Message.offset, msgs)))
         grouped: dict[TopicPartitionKey, list[int]] = {}
         topic = self.offsets.single_topic

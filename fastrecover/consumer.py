@@ -171,7 +171,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             synchronous commit may also raise ``StoreUnavailableError`` or ``FencedError``.
         """
         fr = self._fr
-        if fr is not None and offsets is None and type(message) is Message:
+        if fr is not None and offsets is None and type(message) is Message and message.error() is None:
             if not (fr.routes or fr.floors or fr.book.by_key):
                 # no range, mirror or floor on any partition (the steady state): plain's own commit
                 return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
@@ -183,7 +183,9 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             elif not fr.floors and key not in fr.book.by_key:
                 # nothing of ours on this partition (no range, no mirror, no floor): plain's own commit
                 return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
-        if fr is None or (message is not None and (offsets is not None or type(message) is not Message)):
+        if fr is None or (
+            message is not None and (offsets is not None or type(message) is not Message or message.error() is not None)
+        ):
             return _K.commit(self, **_present(message=message, offsets=offsets), asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         if offsets is not None and not (
             isinstance(offsets, list) and all(type(tp) is TopicPartition for tp in offsets)
@@ -198,7 +200,13 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             KafkaException: as plain, e.g. ``_INVALID_ARG`` with ``enable.auto.offset.store=true``.
         """
         fr = self._fr
-        if fr is not None and offsets is None and type(message) is Message and not fr.auto_store:
+        if (
+            fr is not None
+            and offsets is None
+            and type(message) is Message
+            and not fr.auto_store
+            and message.error() is None
+        ):
             key = None if not (fr.routes or fr.floors or fr.book.by_key) else (message.topic(), message.partition())
             if key is None or (key not in fr.routes and not fr.floors and key not in fr.book.by_key):
                 _K.store_offsets(self, message=message)  # nothing of ours on this partition: plain's own call
@@ -209,7 +217,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         if (
             fr is None
             or (message is None) == (offsets is None)
-            or (message is not None and type(message) is not Message)
+            or (message is not None and (type(message) is not Message or message.error() is not None))
             or (offsets is not None and not _tp_list(offsets))
         ):
             _K.store_offsets(self, **_present(message=message, offsets=offsets))
