@@ -117,9 +117,7 @@ class CommitPaths(ModeState):
         for token_id, next_offset in routed.items():
             self.book.commit_upto(token_id, next_offset)
         keys = [h.token.key for t in routed if (h := self.book.get(t)) is not None]
-        if asynchronous:
-            if keys:
-                self.committer.flush_async(keys)
+        if asynchronous:  # marked in memory: the write-behind writes it on its cadence (tick)
             if primary or not routed:
                 self.commit_primary(primary, True)
             return None
@@ -150,8 +148,7 @@ class CommitPaths(ModeState):
             self.child_runs = []
         self.store_primary()
         self.book.promote_stored()
-        if asynchronous:
-            self.committer.flush_async()
+        if asynchronous:  # marked in memory: the write-behind writes it on its cadence (tick)
             try:
                 _K.commit(self.app, asynchronous=True)
             except KafkaException as exc:

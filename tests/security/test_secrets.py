@@ -237,3 +237,40 @@ def test_cli_status_and_upgrade_print_masked_urls(pg_url: str, capsys: pytest.Ca
         assert _cli(argv) in (0, 2)
         out, err = capsys.readouterr()
         assert not _leaks(out + err), out + err
+
+
+def test_chaos_command_never_shows_the_store_password(bootstrap: str, pg_url: str, tmp_path: Path) -> None:
+    """The chaos CLI end to end (a tiny campaign) on a PostgreSQL store whose URL carries a password:
+    nothing it prints, logs or writes (worker logs, ledgers, events, the verdict) holds the secret."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from fastrecover_tools.testing.broker import delete_topic
+
+    repo = Path(__file__).resolve().parents[2]
+    url = make_url(pg_url).set(password=SECRET).render_as_string(hide_password=False)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(repo), str(repo / "tools"), os.environ.get("PYTHONPATH", "")])
+    )
+    env.pop("PGPASSWORD", None)
+    out = tmp_path / "verdict.json"
+    argv = ["chaos", "--bootstrap-servers", bootstrap, "--store-url", url, "--cycles", "1", "--members", "1"]
+    argv += ["--topics", "1", "--partitions", "2", "--rate", "100", "--up", "1,2", "--down", "0,1", "--seed", "3"]
+    argv += ["--workdir", str(tmp_path / "run"), "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "fastrecover", *argv], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    verdict = json.loads(out.read_text()) if out.exists() else {}
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "***" in proc.stdout, "the store URL is shown, masked"
+        assert not _leaks(proc.stdout + proc.stderr)
+        written = [p for p in tmp_path.rglob("*") if p.is_file()]
+        assert any(p.suffix == ".log" for p in written), "the workers' logs were written"
+        for path in written:
+            assert not _leaks(path.read_text(errors="replace")), path
+    finally:
+        for topic in verdict.get("topics", []):
+            delete_topic(bootstrap, topic)
