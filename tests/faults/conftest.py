@@ -21,11 +21,11 @@ from fastrecover_tools.chaos.report import format_result
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
-#: Group protocols the fault tests run with (issue 10: KIP-848 groups on the real broker). The
-#: single-member fault tests run KIP-848 members dynamic (``static=False``): a static member restarted
+#: Group protocols the fault tests run with (issue 10: KIP-848 groups on the real broker).
+#: ``chaos_driver`` makes KIP-848 members dynamic unless asked otherwise: a static member restarted
 #: before the broker expired its SIGKILLed predecessor is fenced with UNRELEASED_INSTANCE_ID, a fatal
-#: error, which would only renumber the incarnations these tests follow; the kill loops keep static
-#: members and exercise that path on purpose.
+#: error, which would only renumber the incarnations the fault tests follow; the kill loops keep
+#: static members (``static=True``) and exercise that path on purpose.
 GROUP_PROTOCOLS = ("classic", "consumer")
 
 #: Multiplier of the bounded cycle counts (FASTRECOVER_FAULT_CYCLES=100 runs fault 1 with 100 kills).
@@ -53,8 +53,12 @@ def chaos_driver(
         bootstrap_servers: str | None = None,
         on_kill: Any = None,
         group_protocol: str = "classic",
+        static: bool | None = None,
         **kwargs: Any,
     ) -> ChaosDriver:
+        """``static`` defaults to static members for classic groups and dynamic ones for KIP-848 groups
+        (see GROUP_PROTOCOLS); the kill loops ask for static KIP-848 members on purpose."""
+        kwargs["static"] = group_protocol == "classic" if static is None else static
         servers = bootstrap_servers or bootstrap
         names = None
         make_topic = topic_factory

@@ -9,7 +9,7 @@ import pytest
 
 from fastrecover_tools.testing.broker import LocalJarBroker
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
 
@@ -25,8 +25,9 @@ def private_broker() -> Iterator[LocalJarBroker]:
         broker.close()
 
 
+@pytest.mark.parametrize("group_protocol", GROUP_PROTOCOLS)
 def test_broker_stop_and_restart_loses_nothing_and_both_resume(
-    private_broker: LocalJarBroker, chaos_driver: DriverFactory
+    private_broker: LocalJarBroker, chaos_driver: DriverFactory, group_protocol: str
 ) -> None:
     driver = chaos_driver(
         members=2,
@@ -34,10 +35,11 @@ def test_broker_stop_and_restart_loses_nothing_and_both_resume(
         topics=2,
         partitions=4,
         rate=200.0,
-        bootstrap_servers=private_broker.bootstrap,
+        bootstrap_servers=private_broker.bootstrap,  # a LocalJarBroker has the KIP-848 session settings
         commit_modes=("sync", "message"),
         stall_share=0.0,
         fail_child_share=0.0,
+        group_protocol=group_protocol,
     )
     driver.start()
     wait_for(lambda: all(driver.finished_by(i, 0) >= 100 for i in (0, 1)), 90, 0.2, "both members to finish records")

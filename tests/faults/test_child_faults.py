@@ -24,7 +24,6 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(
         rate=150.0,
         min_offsets=20,
         group_protocol=group_protocol,
-        static=group_protocol == "classic",
     )
     driver.start(spawn=False)
     first = driver.spawn(0, faults=False, extra=["--commit", "sync"])

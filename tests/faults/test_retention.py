@@ -27,7 +27,6 @@ def test_retention_inside_an_open_range_is_counted_and_reported(
         stall_share=0.0,
         fail_child_share=0.0,
         group_protocol=group_protocol,
-        static=group_protocol == "classic",
     )
     driver.start(spawn=False)
     driver.spawn(0, faults=False, extra=["--commit", "sync"])

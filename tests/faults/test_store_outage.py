@@ -76,7 +76,6 @@ def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(
         rate=150.0,
         store_url=f"sqlite:///{db}",
         group_protocol=group_protocol,
-        static=group_protocol == "classic",
         **QUIET,
     )
     _first_run(driver)
@@ -144,7 +143,6 @@ def test_sqlite_locked_during_backfill_commits_fails_loudly_and_retries(
         rate=300.0,
         store_url=f"sqlite:///{db}",
         group_protocol=group_protocol,
-        static=group_protocol == "classic",
         **QUIET,
     )
     _first_run(driver)
@@ -201,7 +199,6 @@ def test_postgresql_unreachable_during_recovery_and_backfill_commits(
         rate=300.0,
         store_url=url,
         group_protocol=group_protocol,
-        static=group_protocol == "classic",
         **QUIET,
     )
     _first_run(driver)
