@@ -13,13 +13,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count, islice, pairwise
 from operator import ne
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+
+from confluent_kafka import Message
 
 from fastrecover.tokens import TopicPartitionKey
 
 if TYPE_CHECKING:
-    from confluent_kafka import Message
-
     from fastrecover.book import RangeWork
 
 
@@ -34,6 +34,24 @@ def runs(keys: Sequence[Hashable]) -> list[tuple[int, int]]:
         return []
     cuts = [0, *compress(count(1), map(ne, keys, islice(keys, 1, None))), len(keys)]
     return list(pairwise(cuts))
+
+
+def partition_runs(msgs: list[Message]) -> list[tuple[TopicPartitionKey, int, int]]:
+    """``(partition, lo, hi)`` for each run of one partition's records in ``msgs``, in order.
+
+    ``msgs`` are records, never error events (their topic and partition are always set). The keys
+    are taken from the records themselves: partition numbers alone when every message
+    is of one topic (one C-level pass fewer), (topic, partition) pairs otherwise.
+    """
+    if not msgs:
+        return []
+    topics = cast(list[str], list(map(Message.topic, msgs)))
+    partitions = cast(list[int], list(map(Message.partition, msgs)))
+    if topics.count(topics[0]) == len(topics):
+        topic = topics[0]
+        return [(TopicPartitionKey(topic, partitions[lo]), lo, hi) for lo, hi in runs(partitions)]
+    pairs = list(zip(topics, partitions, strict=True))
+    return [(TopicPartitionKey(*pairs[lo]), lo, hi) for lo, hi in runs(pairs)]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from fastrecover import hooks
-from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, cut_batch, runs
+from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, cut_batch, partition_runs
 from fastrecover.book import RangeWork
 from fastrecover.child_handle import ChildHandle
 from fastrecover.tokens import TopicPartitionKey
@@ -237,13 +237,8 @@ class ChildReader:
             msgs = self._split_errors(msgs)
             if not msgs:
                 return
-        topics = list(map(Message.topic, msgs))
-        partitions = list(map(Message.partition, msgs))
-        single_topic = topics[0] if topics.count(topics[0]) == len(topics) else None
-        keys: list[Any] = partitions if single_topic is not None else list(zip(topics, partitions, strict=True))
-        for lo, hi in runs(keys):
-            topic = single_topic if single_topic is not None else topics[lo]
-            self._accept(TopicPartitionKey(cast(str, topic), cast(int, partitions[lo])), msgs[lo:hi])
+        for key, lo, hi in partition_runs(msgs):
+            self._accept(key, msgs[lo:hi])
 
     def _accept(self, key: TopicPartitionKey, msgs: list[Message]) -> None:
         """Cut a partition's records at its head range's end; buffer what belongs to the range."""

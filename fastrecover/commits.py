@@ -15,7 +15,7 @@ from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import hooks
-from fastrecover.batches import runs
+from fastrecover.batches import partition_runs
 from fastrecover.codec import is_mirror
 from fastrecover.errors import StoreError
 from fastrecover.mode_state import ModeState, key_of
@@ -61,13 +61,7 @@ class CommitPaths(ModeState):
             msgs = [m for m in msgs if m.error() is None]
         offsets = cast(list[int], list(map(Message.offset, msgs)))
         grouped: dict[TopicPartitionKey, list[int]] = {}
-        topic = self.offsets.single_topic
-        partitions = list(map(Message.partition, msgs))
-        keys: list[Any] = partitions
-        if topic is None:
-            keys = list(zip(map(Message.topic, msgs), partitions, strict=True))
-        for lo, hi in runs(keys):  # per run of one partition, never per record
-            key = TopicPartitionKey(topic, keys[lo]) if topic is not None else TopicPartitionKey(*keys[lo])
+        for key, lo, hi in partition_runs(msgs):  # per run of one partition, never per record
             grouped.setdefault(key, []).extend(offsets[lo:hi])
         for key, key_offsets in grouped.items():
             routed, mine = route_records(key_offsets, self.book.spans(key))

@@ -186,7 +186,7 @@ KEYS: dict[str, _Key] = {
         _int_parser(1, 600_000),
         "Broker timeout of recovery's look-ups (committed offsets, watermarks) when partitions are assigned.",
     ),
-    "fastrecover.commit.mirror.key": _Key(
+    MIRROR_KEY: _Key(
         None,
         _mirror_key,
         "Secret (>= 16 characters) that signs the commit-metadata mirror (HMAC-SHA256); when set, "
@@ -293,7 +293,7 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         commit_interval_s=get("fastrecover.backfill.commit.interval.ms") / 1000.0,
         recovery_timeout_s=get("fastrecover.recovery.timeout.ms") / 1000.0,
         child_overrides=child,
-        commit_mirror_key=get("fastrecover.commit.mirror.key"),
+        commit_mirror_key=get(MIRROR_KEY),
         store_lock_timeout_ms=get("fastrecover.store.lock.timeout.ms"),
         store_statement_timeout_ms=get("fastrecover.store.statement.timeout.ms"),
     )

@@ -28,6 +28,10 @@ log = logging.getLogger("fastrecover_tools.chaos")
 #: static members (``static=True``) and exercise that path on purpose.
 GROUP_PROTOCOLS = ("classic", "consumer")
 
+#: The scripted fault tests' campaign: one member on one 3-partition topic, no random kills (the
+#: test kills and restarts the member itself).
+SCRIPTED = {"members": 1, "cycles": 0, "topics": 1, "partitions": 3}
+
 #: Multiplier of the bounded cycle counts (FASTRECOVER_FAULT_CYCLES=100 runs fault 1 with 100 kills).
 CYCLES = int(os.environ.get("FASTRECOVER_FAULT_CYCLES", "0") or 0)
 

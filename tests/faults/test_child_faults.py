@@ -7,7 +7,7 @@ import pytest
 from fastrecover.store import open_store
 from fastrecover.tokens import Token
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, SCRIPTED, DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
 
@@ -17,10 +17,7 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(
     chaos_driver: DriverFactory, group_protocol: str
 ) -> None:
     driver = chaos_driver(
-        members=1,
-        cycles=0,
-        topics=1,
-        partitions=3,
+        **SCRIPTED,
         rate=150.0,
         min_offsets=20,
         group_protocol=group_protocol,

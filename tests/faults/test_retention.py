@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient
 from fastrecover.store import open_store
 from fastrecover_tools.chaos.report import format_result
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, SCRIPTED, DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
 
@@ -19,10 +19,7 @@ def test_retention_inside_an_open_range_is_counted_and_reported(
     chaos_driver: DriverFactory, group_protocol: str
 ) -> None:
     driver = chaos_driver(
-        members=1,
-        cycles=0,
-        topics=1,
-        partitions=3,
+        **SCRIPTED,
         rate=300.0,
         stall_share=0.0,
         fail_child_share=0.0,

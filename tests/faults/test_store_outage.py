@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine, make_url
 from fastrecover.store import open_store
 from fastrecover_tools.chaos.driver import ChaosDriver, WorkerProc
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, SCRIPTED, DriverFactory, verdict_ok
 
 pytestmark = pytest.mark.faults
 
@@ -69,10 +69,7 @@ def test_sqlite_deleted_during_recovery_degrades_then_mirror_restores(
 ) -> None:
     db = tmp_path / "ranges.db"
     driver = chaos_driver(
-        members=1,
-        cycles=0,
-        topics=1,
-        partitions=3,
+        **SCRIPTED,
         rate=150.0,
         store_url=f"sqlite:///{db}",
         group_protocol=group_protocol,
@@ -136,10 +133,7 @@ def test_sqlite_locked_during_backfill_commits_fails_loudly_and_retries(
 ) -> None:
     db = tmp_path / "ranges.db"
     driver = chaos_driver(
-        members=1,
-        cycles=0,
-        topics=1,
-        partitions=3,
+        **SCRIPTED,
         rate=300.0,
         store_url=f"sqlite:///{db}",
         group_protocol=group_protocol,
@@ -192,10 +186,7 @@ def test_postgresql_unreachable_during_recovery_and_backfill_commits(
 ) -> None:
     url, name = pg_store
     driver = chaos_driver(
-        members=1,
-        cycles=0,
-        topics=1,
-        partitions=3,
+        **SCRIPTED,
         rate=300.0,
         store_url=url,
         group_protocol=group_protocol,

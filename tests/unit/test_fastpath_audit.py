@@ -34,7 +34,6 @@ from fastrecover.ranges import (
     merged_committed,
     route_commit,
     route_record,
-    route_records,
     split_commit,
 )
 from fastrecover.tokens import Token, TopicPartitionKey
@@ -156,20 +155,7 @@ class TestRangeProgressAgainstSets:
 
 
 class TestRouting:
-    @AUDIT
-    @given(disjoint_spans(), st.lists(st.integers(-3, 90), max_size=40))
-    def test_route_records_matches_route_record(self, spans: list[tuple[int, OffsetRange]], offsets: list[int]) -> None:
-        by_range, primary = route_records(offsets, spans)
-        want: dict[int, list[int]] = {}
-        want_primary: list[int] = []
-        for o in sorted(offsets):
-            key = route_record(o, spans)
-            if key is None:
-                want_primary.append(o)
-            else:
-                want.setdefault(key, []).append(o)
-        assert by_range == want
-        assert primary == want_primary
+    # route_records against route_record: tests/unit/test_ranges.py (test_matches_route_record)
 
     @AUDIT
     @given(
