@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, select, update
+from sqlalchemy import Table, and_, bindparam, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -124,12 +124,35 @@ def _insert_ignore(conn: Connection, values: Mapping[str, Any]) -> None:
             pass  # the row exists; the caller reads it back
 
 
+# The statements of the hot write path, built once: building a Core expression per call cost more
+# Python time than SQLite needed to run it (profiled: ~half of a progress commit's CPU).
+_LOCKED_ROWS = (
+    select(TABLE).where(TABLE.c.id.in_(bindparam("ids", expanding=True))).order_by(TABLE.c.id).with_for_update()
+)
+_WRITE_PROGRESS = (
+    update(TABLE)
+    .where(
+        TABLE.c.id == bindparam("b_id"),
+        TABLE.c.owner == bindparam("b_owner"),
+        TABLE.c.epoch == bindparam("b_epoch"),
+        TABLE.c.state == TokenState.OPEN.value,
+    )
+    .values(
+        committed_offset=bindparam("b_committed"),
+        completed=bindparam("b_completed"),
+        skipped=bindparam("b_skipped"),
+        state=bindparam("b_state"),
+        updated_at=bindparam("b_updated"),
+        finished_at=bindparam("b_finished"),
+    )
+)
+
+
 def locked_rows(conn: Connection, ids: Sequence[int]) -> dict[int, Mapping[Any, Any]]:
     """The rows with these ids, locked until the transaction ends; missing ids are absent."""
     # FOR UPDATE in id order (PostgreSQL) so concurrent batches cannot deadlock;
     # SQLite ignores it and is already serialized by BEGIN IMMEDIATE.
-    stmt = select(TABLE).where(TABLE.c.id.in_(sorted(set(ids)))).order_by(TABLE.c.id).with_for_update()
-    return {int(r["id"]): r for r in conn.execute(stmt).mappings()}
+    return {int(r["id"]): r for r in conn.execute(_LOCKED_ROWS, {"ids": sorted(set(ids))}).mappings()}
 
 
 def claim_rows(conn: Connection, ids: Sequence[int], owner: str) -> tuple[list[Token], int]:
@@ -184,21 +207,18 @@ def apply_progress(conn: Connection, updates: Sequence[ProgressUpdate]) -> Commi
         after = token.with_progress(merged, skipped)
         stamp = now()
         res = conn.execute(
-            update(TABLE)
-            .where(
-                TABLE.c.id == u.token_id,
-                TABLE.c.owner == u.owner,
-                TABLE.c.epoch == u.epoch,
-                TABLE.c.state == TokenState.OPEN.value,
-            )
-            .values(
-                committed_offset=merged.committed,
-                completed=encode_completed(merged.committed, merged.completed),
-                skipped=skipped,
-                state=after.state.value,
-                updated_at=stamp,
-                finished_at=stamp if not after.is_open else None,
-            )
+            _WRITE_PROGRESS,
+            {
+                "b_id": u.token_id,
+                "b_owner": u.owner,
+                "b_epoch": u.epoch,
+                "b_committed": merged.committed,
+                "b_completed": encode_completed(merged.committed, merged.completed),
+                "b_skipped": skipped,
+                "b_state": after.state.value,
+                "b_updated": stamp,
+                "b_finished": stamp if not after.is_open else None,
+            },
         )
         if res.rowcount != 1:  # only possible without row locks (other dialects)
             result.fenced.append(u.token_id)
