@@ -85,7 +85,10 @@ def test_broker_stop_and_restart_loses_nothing_and_both_resume(
             _restart_fenced(driver)
         return all(driver.finished_by(i, back_ms) > 0 for i in (0, 1))
 
-    wait_for(both_resumed, 120, 0.2, "both members to finish records after the broker came back")
+    try:
+        wait_for(both_resumed, 120, 0.2, "both members to finish records after the broker came back")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{driver.dump_stacks()}") from exc
     for i in (0, 1):
         proc = driver.proc(i)
         assert proc is not None and proc.alive, f"member {i} died with the broker"

@@ -164,7 +164,8 @@ class WorkerProc:
         self.member = name.split("#", 1)[0]
         safe = name.replace("#", "-")
         self.ledger = workdir / "ledger" / f"{safe}.ledger"
-        self._stderr: IO[bytes] = open(workdir / "logs" / f"{safe}.log", "ab")  # noqa: SIM115
+        self.log_path = workdir / "logs" / f"{safe}.log"
+        self._stderr: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115
         self._events_file = open(workdir / "events" / f"{safe}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
         self.started_ms = int(time.time() * 1000)
         self.proc = subprocess.Popen(
@@ -205,6 +206,15 @@ class WorkerProc:
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def dump_stacks(self, lines: int = 80) -> str:
+        """Ask a live worker for every thread's stack (SIGUSR1, faulthandler) and return its log's tail."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)  # faulthandler writes from the signal handler at once; give the pipe a moment
+        self._stderr.flush()
+        text = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return f"--- {self.name} ({'alive' if self.alive else 'exited'}) log tail ---\n" + "\n".join(text[-lines:])
 
     def kill(self, how: str = "killed") -> None:
         if self.proc.poll() is None:
@@ -488,6 +498,10 @@ class ChaosDriver:
 
     def proc(self, index: int) -> WorkerProc | None:
         return self.members[index].proc
+
+    def dump_stacks(self) -> str:
+        """Every live member's threads and log tail: attach it to a failed wait."""
+        return "\n".join(p.dump_stacks() for m in self.members if (p := m.proc) is not None)
 
     def finished_by(self, index: int, since_ms: int) -> int:
         """Ledger entries member ``index`` wrote with a finish time at or after ``since_ms``."""

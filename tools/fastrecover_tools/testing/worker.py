@@ -30,6 +30,7 @@ Fault injection (all off by default):
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import functools
 import json
 import os
@@ -186,6 +187,8 @@ def _commit(action: Callable[[], Any], what: str) -> bool:
 
 def run(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    # SIGUSR1 writes every thread's stack to stderr (the member's log): how a hung member is diagnosed
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
