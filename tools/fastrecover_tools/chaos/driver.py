@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 import fastrecover
 import fastrecover_tools
@@ -580,9 +580,12 @@ class ChaosDriver:
                 if missing and time.monotonic() >= next_lows:
                     next_lows = time.monotonic() + 2.0
                     for topic, part in {(k[0], k[1]) for k in missing}:
-                        lows[(topic, part)] = watermarks.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[
-                            0
-                        ]
+                        try:
+                            low, _high = watermarks.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
+                        except KafkaException as exc:  # a slow broker (e.g. just restarted): ask on the next pass
+                            log.info("drain: log start of %s[%d] unknown for now: %s", topic, part, exc)
+                            continue
+                        lows[(topic, part)] = low
                 missing = {k for k in missing if k[2] >= lows.get((k[0], k[1]), 0)}
                 if not missing:
                     return True
