@@ -8,7 +8,7 @@ synchronous.  ``committed()`` merges both logs the way the KIP describes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
@@ -79,6 +79,7 @@ class CommitPaths(ModeState):
             self.book.mark_stored(token_id, done)
         if primary:
             _K.store_offsets(self.app, offsets=[self.with_mirror(k, o, None) for k, o in primary.items()])
+            self.drop_floors(primary)
 
     def commit_deferred(self, sync: bool = False) -> list[TopicPartition] | None:
         """Per-message commits of partitions with ranges, routed a batch at a time."""
@@ -90,10 +91,12 @@ class CommitPaths(ModeState):
             if primary:
                 self.commit_primary([(k, o, None) for k, o in primary.items()], True)
             return None
-        ranges = self.committer.flush_sync([self.book.get(t).token.key for t in by_range if self.book.get(t)])  # type: ignore[union-attr]
-        hooks.fire("between-commits")
-        result = self.commit_primary([(k, o, None) for k, o in primary.items()], False) if primary else []
-        return list(result or []) + ranges
+        keys = [h.token.key for t in by_range if (h := self.book.get(t)) is not None]
+        if not primary:
+            ranges = self.committer.flush_sync(keys)
+            hooks.fire("between-commits")
+            return ranges
+        return self.commit_both(keys, lambda: self.commit_primary([(k, o, None) for k, o in primary.items()], False))
 
     def commit_offsets(
         self, triples: list[tuple[TopicPartitionKey, int, str | None]], asynchronous: bool
@@ -115,18 +118,25 @@ class CommitPaths(ModeState):
             if primary or not routed:
                 self.commit_primary(primary, True)
             return None
-        ranges = self.committer.flush_sync(keys) if keys else []
-        if ranges and primary:
-            hooks.fire("between-commits")
-        result = self.commit_primary(primary, False) if primary or not routed else []
-        return list(result or []) + ranges
+        if not primary and routed:
+            return self.committer.flush_sync(keys)
+        return self.commit_both(keys, lambda: self.commit_primary(primary, False))
+
+    def drop_floors(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """The primary handed its own offsets of ``keys`` to librdkafka: their floors must never follow.
+
+        A floor is committed (asynchronously) once a partition's ranges finish while its primary
+        committed nothing; committed after the primary's own offset, it would move Kafka's offset back.
+        """
+        if self.floors:
+            for key in keys:
+                self.floors.pop(key, None)
 
     def commit_primary(
         self, triples: list[tuple[TopicPartitionKey, int, str | None]], asynchronous: bool
     ) -> list[TopicPartition] | None:
         tps = [self.with_mirror(k, o, m) for k, o, m in triples]
-        for key, _o, _m in triples:
-            self.floors.pop(key, None)
+        self.drop_floors(k for k, _o, _m in triples)
         return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
 
     def commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
@@ -149,16 +159,48 @@ class CommitPaths(ModeState):
                 if exc.args[0].code() != KafkaError._NO_OFFSET or not self.book.held():
                     raise
             return None
-        ranges = self.committer.flush_sync()
-        if ranges:
+        no_offset: list[KafkaException] = []
+
+        def kafka() -> list[TopicPartition] | None:
+            try:
+                return _K.commit(self.app, asynchronous=False)  # type: ignore[no-any-return]
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                    raise
+                no_offset.append(exc)  # nothing stored for Kafka: an error only if the store had nothing either
+                return []
+
+        committed = self.commit_both(None, kafka)
+        if no_offset and not committed:
+            raise no_offset[0]
+        return committed
+
+    def commit_both(
+        self, keys: list[TopicPartitionKey] | None, kafka: Callable[[], list[TopicPartition] | None]
+    ) -> list[TopicPartition]:
+        """A synchronous commit to both logs: Kafka's round trip and the store's transaction overlap.
+
+        The store write runs on the committer's writer thread while this thread
+        waits on Kafka, so the call costs the slower of the two.  The logs are
+        independent (a range's token was durable before the primary skipped its
+        offsets), so their order does not matter for loss: a crash between them
+        re-delivers.  Both outcomes are applied before anything is raised.
+        """
+        job = self.committer.begin_sync(keys)  # StoreUnavailableError here: nothing was sent to Kafka
+        ranges: list[TopicPartition] = []
+        if job is not None and hooks.armed("between-commits"):  # the fault point needs the two in order
+            ranges, job = self.committer.finish_sync(job), None
             hooks.fire("between-commits")
-        self.after_commits()
         try:
-            result = _K.commit(self.app, asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NO_OFFSET or not ranges:
-                raise
-            result = []
+            result = kafka()
+        except BaseException:
+            if job is not None:
+                self.committer.finish_sync(job, raise_errors=False)
+                self.after_commits()
+            raise
+        if job is not None:
+            ranges = self.committer.finish_sync(job)
+        self.after_commits()
         return list(result or []) + ranges
 
     def store_primary(self, keys: Iterable[TopicPartitionKey] | None = None) -> None:
@@ -183,6 +225,7 @@ class CommitPaths(ModeState):
                 self.deferred_stored.append(message)  # routed in bulk at the next tick or commit
                 return
             _K.store_offsets(self.app, offsets=[self.with_mirror(key, cast(int, message.offset()) + 1, None)])
+            self.floors.pop(key, None)
             return
         pairs = [(key_of(tp), tp.offset) for tp in offsets or []]
         primary, routed = split_commit(pairs, {k: self.book.spans(k) for k, _ in pairs})
@@ -190,6 +233,7 @@ class CommitPaths(ModeState):
             self.book.store_upto(token_id, next_offset)
         if primary:
             _K.store_offsets(self.app, offsets=[self.with_mirror(k, o, None) for k, o in primary])
+            self.drop_floors(k for k, _o in primary)
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None) -> list[TopicPartition]:
         """The KIP's merged committed(): below the returned offset everything is checkpointed."""

@@ -80,6 +80,7 @@ class StoreLink:
 @dataclass
 class _Job:
     updates: list[ProgressUpdate]
+    store: RangeStore
     result: CommitResult | None = None
     error: StoreError | None = None
     done: threading.Event | None = None
@@ -177,7 +178,7 @@ class RangeCommitter:
         store = self._link.get()
         if store is None:
             return  # kept in the book; written once the store answers
-        self._inflight = _Job(updates)
+        self._inflight = _Job(updates, store)
         self._writer_thread().submit(store, self._inflight)
 
     def collect(self, wait: float = 0.0) -> None:
@@ -193,21 +194,45 @@ class RangeCommitter:
         self, keys: Iterable[TopicPartitionKey] | None = None, raise_errors: bool = True
     ) -> list[TopicPartition]:
         """Write every pending progress of ``keys`` now; returns the ranges' committed offsets."""
+        job = self._sync_job(keys, raise_errors)
+        if job is None:
+            return []
+        _run_job(job.store, job)
+        return self._apply(job, raise_errors=raise_errors)
+
+    def begin_sync(self, keys: Iterable[TopicPartitionKey] | None = None) -> _Job | None:
+        """Start writing every pending progress of ``keys`` on the writer thread; :meth:`finish_sync` waits.
+
+        A synchronous commit that also commits to Kafka overlaps the two round
+        trips: the store transaction runs while the caller waits on Kafka, so
+        the commit costs the slower of the two, not their sum.  Raises
+        StoreUnavailableError, before anything is sent, when the store is down.
+        """
+        job = self._sync_job(keys, raise_errors=True)
+        if job is not None:
+            self._writer_thread().submit(job.store, job)
+        return job
+
+    def finish_sync(self, job: _Job, raise_errors: bool = True) -> list[TopicPartition]:
+        """Wait for a :meth:`begin_sync` write and apply it; returns the ranges' committed offsets."""
+        assert job.done is not None
+        job.done.wait()  # bounded by the store's own lock and statement timeouts
+        return self._apply(job, raise_errors=raise_errors)
+
+    def _sync_job(self, keys: Iterable[TopicPartitionKey] | None, raise_errors: bool) -> _Job | None:
         if self._inflight is not None:
             self.collect(wait=60.0)
         updates = self._updates(keys)
         if not updates:
-            return []
+            return None
         store = self._link.get(force=True)
         if store is None:
             err = StoreUnavailableError(f"range store unavailable; {len(updates)} backfill commits kept for retry")
             log.error("%s", err)
             if raise_errors:
                 raise err
-            return []
-        job = _Job(updates)
-        _run_job(store, job)
-        return self._apply(job, raise_errors=raise_errors)
+            return None
+        return _Job(updates, store)
 
     def _updates(self, keys: Iterable[TopicPartitionKey] | None) -> list[ProgressUpdate]:
         dirty: list[Held] = self._book.dirty(keys)

@@ -17,7 +17,8 @@ POINTS = {
     "token-write": "a range token was inserted, its transaction not yet committed",
     "claim": "a claim holds the token's row lock, before its UPDATE",
     "store-commit": "a progress commit holds the rows' locks, before its UPDATE",
-    "between-commits": "range progress is durable in the store, the Kafka commit not yet sent",
+    "between-commits": "range progress is durable in the store, the Kafka commit not yet sent "
+    "(while it is armed, a synchronous commit runs the two one after the other instead of together)",
     "child-batch": "the child fetched a batch, before any of it is accepted",
 }
 
@@ -39,3 +40,8 @@ def fire(point: str) -> None:
     action = _registered.get(point)
     if action is not None:
         action()
+
+
+def armed(point: str) -> bool:
+    """Whether something is registered at ``point`` (a code path may keep the point reachable only then)."""
+    return point in _registered

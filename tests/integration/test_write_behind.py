@@ -15,11 +15,12 @@ from confluent_kafka import Message
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
-from fastrecover_tools.testing.broker import group_is_empty
+from fastrecover_tools.testing.broker import group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import (
     SESSION_MS,
     consume_until,
+    group_offsets,
     lag_after_crash,
     parallel_config,
     poll_until,
@@ -97,3 +98,42 @@ def test_sync_commit_is_durable_when_it_returns_and_close_flushes_async_ones(
     finally:
         consumer.close()
     assert _range_committed(store_url, unique_group) == 120, "close() (a revoke) writes what was pending"
+
+
+def test_a_sync_commit_of_backfilled_and_fresh_records_is_durable_in_both_logs_when_it_returns(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    """The batch-sync pattern: one commit(asynchronous=False) after records of both consumers.
+
+    The store transaction and Kafka's commit overlap (the writer thread runs the first while the
+    caller waits on the second); when the call returns, both must hold what was returned.
+    """
+    topic = topic_factory(partitions=1)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20, block_at=40, log_end=2000
+    )
+    config = parallel_config(
+        bootstrap, unique_group, store_url, **{"fastrecover.backfill.commit.interval.ms": _NEVER_MS}
+    )
+    consumer = Consumer(config)
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 120)), 60, "backfill 20..119")
+        produce(bootstrap, topic, [f"fresh-{i}" for i in range(10)])  # offsets 2000..2009: the primary's
+        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(2000, 2010)), 60, "fresh 2000..2009")
+        offsets = {m.offset() or 0 for m in got}
+        backfilled = 20
+        while backfilled in offsets:
+            backfilled += 1
+        fresh = max(offsets) + 1
+        assert 120 <= backfilled <= 2000 and fresh == 2010
+        result = consumer.commit(asynchronous=False)
+        assert _range_committed(store_url, unique_group) == backfilled, "the store has the backfilled prefix"
+        (kafka,) = group_offsets(bootstrap, unique_group, topic)
+        assert kafka.offset == fresh, "Kafka has the fresh records"
+        assert result is not None
+        returned = {tp.offset for tp in result}
+        assert {backfilled, fresh} <= returned, f"both logs' commits are returned, got {result}"
+    finally:
+        consumer.close()
