@@ -8,6 +8,8 @@ durable when it returns, and a revoke (here: close) writes what is pending.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +74,28 @@ def test_sigkill_between_async_commits_and_their_flush_loses_nothing(
         consumer.close()
 
 
-def test_sync_commit_is_durable_when_it_returns_and_close_flushes_async_ones(
-    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
-) -> None:
-    topic = topic_factory(partitions=1)
-    lag_after_crash(
-        bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20, block_at=40, log_end=2000
+@contextlib.contextmanager
+def _backfilling(
+    bootstrap: str, topic: str, group: str, store_url: str, tmp_path: Path
+) -> Iterator[tuple[Consumer, list[Message]]]:
+    """A restarted consumer with a range [20, 2000) that has returned the backfill 20..119 (no flush yet)."""
+    lag_after_crash(bootstrap, topic, group, store_url, tmp_path, produced=100, commit_at=20, block_at=40, log_end=2000)
+    consumer = Consumer(
+        parallel_config(bootstrap, group, store_url, **{"fastrecover.backfill.commit.interval.ms": _NEVER_MS})
     )
-    config = parallel_config(
-        bootstrap, unique_group, store_url, **{"fastrecover.backfill.commit.interval.ms": _NEVER_MS}
-    )
-    consumer = Consumer(config)
     try:
         consumer.subscribe([topic])
         got: list[Message] = []
         poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 120)), 60, "backfill 20..119")
+        yield consumer, got
+    finally:
+        consumer.close()
+
+
+def test_sync_commit_is_durable_when_it_returns_and_close_flushes_async_ones(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    with _backfilling(bootstrap, topic_factory(partitions=1), unique_group, store_url, tmp_path) as (consumer, got):
         by_offset = {m.offset(): m for m in got}
         for offset in range(20, 60):
             assert consumer.commit(message=by_offset[offset], asynchronous=True) is None
@@ -95,8 +104,6 @@ def test_sync_commit_is_durable_when_it_returns_and_close_flushes_async_ones(
         assert _range_committed(store_url, unique_group) == 61, "synchronous: everything pending is durable"
         for offset in range(61, 120):
             consumer.commit(message=by_offset[offset], asynchronous=True)
-    finally:
-        consumer.close()
     assert _range_committed(store_url, unique_group) == 120, "close() (a revoke) writes what was pending"
 
 
@@ -109,17 +116,7 @@ def test_a_sync_commit_of_backfilled_and_fresh_records_is_durable_in_both_logs_w
     caller waits on the second); when the call returns, both must hold what was returned.
     """
     topic = topic_factory(partitions=1)
-    lag_after_crash(
-        bootstrap, topic, unique_group, store_url, tmp_path, produced=100, commit_at=20, block_at=40, log_end=2000
-    )
-    config = parallel_config(
-        bootstrap, unique_group, store_url, **{"fastrecover.backfill.commit.interval.ms": _NEVER_MS}
-    )
-    consumer = Consumer(config)
-    try:
-        consumer.subscribe([topic])
-        got: list[Message] = []
-        poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(20, 120)), 60, "backfill 20..119")
+    with _backfilling(bootstrap, topic, unique_group, store_url, tmp_path) as (consumer, got):
         produce(bootstrap, topic, [f"fresh-{i}" for i in range(10)])  # offsets 2000..2009: the primary's
         poll_until(consumer, got, lambda: {m.offset() for m in got} >= set(range(2000, 2010)), 60, "fresh 2000..2009")
         offsets = {m.offset() or 0 for m in got}
@@ -135,5 +132,3 @@ def test_a_sync_commit_of_backfilled_and_fresh_records_is_durable_in_both_logs_w
         assert result is not None
         returned = {tp.offset for tp in result}
         assert {backfilled, fresh} <= returned, f"both logs' commits are returned, got {result}"
-    finally:
-        consumer.close()
