@@ -500,7 +500,7 @@ class ChaosDriver:
         return self.members[index].proc
 
     def dump_stacks(self) -> str:
-        """Every live member's threads and log tail: attach it to a failed wait."""
+        """Every current incarnation's threads (if it still runs) and log tail: attach it to a failed wait."""
         return "\n".join(p.dump_stacks() for m in self.members if (p := m.proc) is not None)
 
     def finished_by(self, index: int, since_ms: int) -> int:
