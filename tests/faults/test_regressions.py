@@ -6,12 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover.ranges import RangeProgress
 from fastrecover.store import ProgressUpdate, open_store
+from fastrecover_tools.chaos.driver import ChaosDriver
 from fastrecover_tools.testing.broker import produce
+from fastrecover_tools.testing.waiting import wait_for
+from tests.faults.conftest import SCRIPTED, DriverFactory, verdict_ok
 from tests.integration.helpers import crash_after_commit, parallel_config, poll_until
 
 pytestmark = pytest.mark.faults
@@ -54,3 +58,59 @@ def test_new_range_starting_where_a_done_range_starts_is_not_cut_short(
     with open_store(store_url) as store:
         spans = sorted((t.span.start, t.span.end) for t in store.ranges(unique_group))
     assert spans == [(10, 60), (60, 100)]
+
+
+def test_drain_keeps_members_running_until_ranges_whose_records_are_all_finished_are_closed(
+    chaos_driver: DriverFactory,
+) -> None:
+    """CI failure (seed 402565968): "6 ranges still open at the end", 0 lost.
+
+    An incarnation killed after processing a range's last record but before committing it leaves
+    the range open with every record of it in the ledger.  The drain took "every record finished"
+    as done and stopped the members within a second, before they had recovered and re-read the
+    range, five times over.  The members must run until the store has no open range.
+    """
+    driver = chaos_driver(**SCRIPTED, rate=150.0)
+    driver.start(spawn=False)
+    driver.spawn(0, faults=False, extra=["--commit", "sync"])
+    wait_for(lambda: driver.finished_by(0, 0) >= 150, 60, 0.1, "the first incarnation to finish 150 records")
+    driver.kill(0)
+    producer = driver.producer
+    assert producer is not None
+    target = producer.acked + 300
+    wait_for(lambda: producer.acked >= target, 60, 0.1, "a lag of about 100 records per partition")
+    driver.stop_producer()
+    lag = _backfill_lag(driver)
+    assert lag > 0
+
+    # the second incarnation finishes every backfilled record and dies before committing the last one
+    second = driver.spawn(
+        0, faults=False, extra=["--commit", "message", "--stall-at", "backfill", "--stall-after", str(lag)]
+    )
+    wait_for(lambda: second.has("stalled"), 60, 0.05, "the second incarnation to stall at its last record")
+    driver.kill(0)
+    with open_store(driver.config.store_url) as store:
+        assert store.open_ranges(driver.group), "the kill must leave a range open"
+
+    result = driver.finish()
+    table = verdict_ok(result)
+    assert result.verdict.ok, table
+    assert result.verdict.ranges_open == 0, table
+    assert result.drain_passes == 1, table
+
+
+def _backfill_lag(driver: ChaosDriver) -> int:
+    """Records the next recovery backfills: the lag of each partition that gets a range (lag >= min)."""
+    c = driver.config
+    probe = PlainConsumer({"bootstrap.servers": c.bootstrap, "group.id": driver.group})
+    try:
+        total = 0
+        for topic in driver.topics:
+            tps = [TopicPartition(topic, p) for p in range(c.partitions)]
+            for tp in probe.committed(tps, timeout=30):
+                _low, high = probe.get_watermark_offsets(tp, timeout=30)
+                lag = high - tp.offset if tp.offset >= 0 else 0
+                total += lag if lag >= c.min_offsets else 0
+        return total
+    finally:
+        probe.close()

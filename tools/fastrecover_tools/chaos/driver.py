@@ -529,6 +529,10 @@ class ChaosDriver:
                 if m.proc is None or not m.proc.alive:
                     self.spawn(m, faults=False)
             covered = self.wait_covered(deadline)
+            # Every record may already be in the ledger (finished by an incarnation killed before its range
+            # commit): the members still need the time to re-read and finish the open ranges.
+            if covered:
+                self.wait_ranges_finished(deadline)
             for m in self.members:
                 if m.proc is not None:
                     m.proc.terminate()
@@ -592,14 +596,25 @@ class ChaosDriver:
                 if deadline.expired():
                     log.error("drain: %d records still not finished, e.g. %s", len(missing), sorted(missing)[:5])
                     return False
-                for m in self.members:
-                    if m.proc is not None and not m.proc.alive:
-                        self.notes.append(f"{m.proc.name} exited during the drain ({m.proc.proc.returncode})")
-                        m.proc.kill(f"exited:{m.proc.proc.returncode}")
-                        self.spawn(m, faults=False)
+                self._respawn_exited()
                 time.sleep(0.25)
         finally:
             watermarks.close()
+
+    def wait_ranges_finished(self, deadline: Deadline) -> None:
+        """Keep the members running until the store has no open range, or the deadline."""
+        while True:
+            if not self.open_ranges() or deadline.expired():
+                return
+            self._respawn_exited()
+            time.sleep(0.5)
+
+    def _respawn_exited(self) -> None:
+        for m in self.members:
+            if m.proc is not None and not m.proc.alive:
+                self.notes.append(f"{m.proc.name} exited during the drain ({m.proc.proc.returncode})")
+                m.proc.kill(f"exited:{m.proc.proc.returncode}")
+                self.spawn(m, faults=False)
 
     # ---- the verdict ---------------------------------------------------------------------------
 

@@ -77,7 +77,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         choices=["message", "message-async", "store", "sync", "async", "auto", "none"],
         default="sync",
         help="message(-async): commit(message) per record, sync (async); sync/async: commit() every "
-        "--commit-every; auto: enable.auto.commit; store: store_offsets(message) per record + auto-commit",
+        "--commit-every records and after an empty poll; auto: enable.auto.commit; store: "
+        "store_offsets(message) per record + auto-commit",
     )
     p.add_argument("--commit-every", type=int, default=100)
     p.add_argument(
@@ -234,6 +235,7 @@ def run(argv: list[str] | None = None) -> int:
     consumer.subscribe(args.topic, on_assign=on_assign, on_revoke=on_revoke)
     _emit("started", pid=os.getpid(), parallel=args.parallel, member=args.member)
     finished = 0
+    pending = 0  # finished since the last sync/async commit
     fresh_seen = False
     commit_at = set(args.commit_at)
     reported = 0
@@ -289,8 +291,13 @@ def run(argv: list[str] | None = None) -> int:
                     _emit("blocked", offset=offset + 1, finished=finished)
                     stop.wait()  # the driver SIGKILLs us here: the crash at offset block_at
                     return 0
-            if done and args.commit in ("sync", "async") and finished % args.commit_every < len(done):
-                _commit(lambda: consumer.commit(asynchronous=args.commit == "async"), args.commit)
+            if args.commit in ("sync", "async"):
+                pending += len(done)
+                # every --commit-every records, and whenever a poll comes back empty (an application that
+                # also commits when idle: the last records of a range must not wait for 50 more)
+                if pending and (finished % args.commit_every < len(done) or not batch):
+                    _commit(lambda: consumer.commit(asynchronous=args.commit == "async"), args.commit)
+                    pending = 0
             if done:
                 _emit("progress", finished=finished) if finished % 1000 < len(done) else None
     if args.commit in ("sync", "async") and finished:
