@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
+from fastrecover.tokens import TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
-from tests.integration.helpers import consume_until, group_offsets, lag_after_crash, parallel_config
+from tests.integration.helpers import consume_until, group_offsets, lag_after_crash, offset_of, parallel_config
 
 
 def test_manual_store_keeps_no_records_and_commits_what_was_stored(
@@ -52,3 +53,74 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
     finally:
         store.close()
         consumer.close()
+
+
+def test_stored_offsets_under_auto_commit_are_never_moved_back_when_a_range_finishes_later(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    """The asynchronous path of session 5's floor bug.
+
+    The partition recovers with a range and a *floor* (the primary's start, 2000), committed once
+    the range finishes if the primary committed nothing. Here the application stores the live
+    records' offsets (2050) first and auto-commit sends them; the range finishes afterwards, through
+    write-behind. The floor must be gone by then, or its asynchronous commit moves Kafka's offset
+    back to 2000 (re-delivering 50 records after the next restart).
+    """
+    topic = topic_factory(partitions=2)  # partition 1 stays empty: a barrier for the commits of partition 0
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=2000
+    )
+    config = parallel_config(
+        bootstrap,
+        unique_group,
+        store_url,
+        **{
+            "enable.auto.offset.store": False,
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 100,
+            "fastrecover.backfill.commit.interval.ms": 100,
+        },
+    )
+    consumer = Consumer(config)
+    store = open_store(store_url)
+    key = TopicPartitionKey(topic, 0)
+
+    def kafka_offset() -> int:
+        return group_offsets(bootstrap, unique_group, topic)[0].offset
+
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        consume_until(consumer, got, lambda: len(got) >= 1, 60, "the first record after the restart")
+        produce(bootstrap, topic, [f"live{i}" for i in range(50)], partition=0)
+        consume_until(
+            consumer,
+            got,
+            lambda: {m.offset() for m in got} >= set(range(20, 2050)),
+            60,
+            "the backfill and the live records",
+        )
+        fr = consumer._fr
+        assert fr is not None
+        assert fr.floors.get(key) == 2000, "the recovery must have set the floor this test is about"
+        for msg in got:
+            if offset_of(msg) >= 2000:
+                consumer.store_offsets(message=msg)
+        # a partition with ranges routes per-message stores in bulk at the next tick (before it looks
+        # at finished ranges): storing the primary's own offset must drop the floor there
+        consume_until(consumer, [], lambda: key not in fr.floors, 10, "the stored offsets to drop the floor")
+        consume_until(consumer, [], lambda: kafka_offset() == 2050, 30, "auto-commit of the stored 2050")
+        for msg in got:
+            if offset_of(msg) < 2000:
+                consumer.store_offsets(message=msg)
+        consume_until(
+            consumer, [], lambda: not store.open_ranges(unique_group) and not fr.routes, 30, "the range to finish"
+        )
+        # a floor commit would have been sent (asynchronously) on the tick that saw the range finish;
+        # a synchronous commit on the same coordinator, of the other partition, completes after it
+        consumer.commit(offsets=[TopicPartition(topic, 1, 0)], asynchronous=False)
+        assert kafka_offset() == 2050, "Kafka's offset moved back after the range finished"
+    finally:
+        store.close()
+        consumer.close()
+    assert kafka_offset() == 2050
