@@ -84,8 +84,21 @@ def _read_revision(conn: Connection) -> str | None:
     return str(rows[0]) if rows else None
 
 
+def _snapshot(conn: Connection) -> Connection:
+    """One snapshot for every read of the schema state.
+
+    PostgreSQL's default READ COMMITTED gives each statement its own snapshot: a consumer creating
+    the schema could commit between the two table lookups, and the reader would see the ranges
+    table without the version table, an "unversioned" schema that does not exist. SQLite reads in
+    one transaction see one snapshot already.
+    """
+    if conn.dialect.name == "postgresql":
+        return conn.execution_options(isolation_level="REPEATABLE READ")
+    return conn
+
+
 def _state(conn: Connection) -> tuple[bool, bool, str | None]:
-    """(version table exists, ranges table exists, recorded revision)."""
+    """(version table exists, ranges table exists, recorded revision): read in one :func:`_snapshot`, or under the upgrade lock."""
     inspector = inspect(conn)
     has_version = inspector.has_table(VERSION_TABLE)
     has_table = inspector.has_table(TABLE_NAME)
@@ -95,7 +108,7 @@ def _state(conn: Connection) -> tuple[bool, bool, str | None]:
 def current_revision(engine: Engine) -> str | None:
     """The store's recorded schema revision, None when it has none."""
     with translate_errors(mask_url(engine.url), "reading the schema revision"), engine.connect() as conn:
-        return _state(conn)[2]
+        return _state(_snapshot(conn))[2]
 
 
 def check_schema(engine: Engine, url: str) -> str | None:
@@ -107,7 +120,7 @@ def check_schema(engine: Engine, url: str) -> str | None:
     """
     masked = mask_url(url)
     with translate_errors(masked, "checking the schema"), engine.connect() as conn:
-        has_version, has_table, revision = _state(conn)
+        has_version, has_table, revision = _state(_snapshot(conn))
     if revision == HEAD_REVISION:
         if not has_table:
             raise StoreError(

@@ -43,7 +43,7 @@ from fastrecover.store import (
     upgrade,
 )
 from fastrecover.store.models import VERSION_TABLE, Base
-from fastrecover.store.schema import alembic_config
+from fastrecover.store.schema import alembic_config, check_schema
 from fastrecover.tokens import TokenState
 
 GROUP = "g1"
@@ -200,6 +200,40 @@ def test_concurrent_first_open_creates_schema_once(store_url: str) -> None:
         assert current_revision(engine) == HEAD_REVISION
     finally:
         engine.dispose()
+
+
+def test_a_schema_created_between_two_reads_of_the_check_is_never_seen_half_made(store_url: str) -> None:
+    """CI failure: one of four concurrent first opens on PostgreSQL raised SchemaBehindError.
+
+    The check read "version table exists?" and "ranges table exists?" in two statements; under READ
+    COMMITTED another opener's creation committed between them, and the store looked unversioned.
+    Here the creator's transaction commits right after the check's first statement.
+    """
+    creator = build_engine(store_url)
+    checker = build_engine(store_url)
+    conn = creator.connect()
+    creation = conn.begin()
+    command.upgrade(alembic_config(connection=conn), "head")  # the whole schema, not committed yet
+    statements = 0
+
+    def commit_after_the_first(*_args: Any) -> None:
+        nonlocal statements
+        statements += 1
+        if statements == 1:
+            creation.commit()
+
+    sa.event.listen(checker, "after_cursor_execute", commit_after_the_first)
+    try:
+        # a consistent answer is "no schema yet" (None) or the head revision; never "behind"
+        assert check_schema(checker, store_url) in (None, HEAD_REVISION)
+        assert statements > 1, "the check must have read after the creation committed"
+        assert check_schema(checker, store_url) == HEAD_REVISION
+    finally:
+        if creation.is_active:
+            creation.rollback()
+        conn.close()
+        creator.dispose()
+        checker.dispose()
 
 
 # -- unavailable ----------------------------------------------------------------
