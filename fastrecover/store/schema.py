@@ -98,7 +98,10 @@ def _snapshot(conn: Connection) -> Connection:
 
 
 def _state(conn: Connection) -> tuple[bool, bool, str | None]:
-    """(version table exists, ranges table exists, recorded revision): read in one :func:`_snapshot`, or under the upgrade lock."""
+    """(version table exists, ranges table exists, recorded revision).
+
+    Read it in one :func:`_snapshot`, or under the upgrade lock, which keeps creators out.
+    """
     inspector = inspect(conn)
     has_version = inspector.has_table(VERSION_TABLE)
     has_table = inspector.has_table(TABLE_NAME)
