@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult
+from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult, WorkerProc
 from fastrecover_tools.chaos.report import format_result
+from fastrecover_tools.testing.waiting import wait_for
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
@@ -95,6 +96,25 @@ def chaos_driver(
     yield make
     for d in made:
         d.abort()
+
+
+def crash_with_lag(driver: ChaosDriver, *, finished: int, lag: int) -> WorkerProc:
+    """The scripted tests' start: a first incarnation (sync commits) finishes ``finished`` records
+    and is SIGKILLed, then the producer gets ``lag`` more records acknowledged while nobody reads.
+
+    Returns the killed incarnation.
+    """
+    driver.start(spawn=False)
+    first = driver.spawn(0, faults=False, extra=["--commit", "sync"])
+    wait_for(
+        lambda: driver.finished_by(0, 0) >= finished, 60, 0.1, f"the first incarnation to finish {finished} records"
+    )
+    driver.kill(0)
+    producer = driver.producer
+    assert producer is not None
+    target = producer.acked + lag
+    wait_for(lambda: producer.acked >= target, 60, 0.1, f"{lag} more records acknowledged (the lag)")
+    return first
 
 
 def verdict_ok(result: ChaosResult) -> str:

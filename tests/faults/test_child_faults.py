@@ -7,7 +7,7 @@ import pytest
 from fastrecover.store import open_store
 from fastrecover.tokens import Token
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import GROUP_PROTOCOLS, SCRIPTED, DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, SCRIPTED, DriverFactory, crash_with_lag, verdict_ok
 
 pytestmark = pytest.mark.faults
 
@@ -22,14 +22,7 @@ def test_child_crash_and_sigkill_mid_range_resume_from_committed(
         min_offsets=20,
         group_protocol=group_protocol,
     )
-    driver.start(spawn=False)
-    first = driver.spawn(0, faults=False, extra=["--commit", "sync"])
-    wait_for(lambda: driver.finished_by(0, 0) >= 200, 60, 0.1, "the first incarnation to finish 200 records")
-    driver.kill(0)
-    producer = driver.producer
-    assert producer is not None
-    acked = producer.acked
-    wait_for(lambda: producer.acked >= acked + 450, 60, 0.1, "a lag of 150 records per partition")
+    first = crash_with_lag(driver, finished=200, lag=450)  # 150 records per partition
 
     # incarnation 2: its child thread raises on its 2nd batch; commits per message; SIGKILLed at its
     # 60th backfilled record, i.e. while the (restarted) child is mid-range

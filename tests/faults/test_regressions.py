@@ -15,7 +15,7 @@ from fastrecover.store import ProgressUpdate, open_store
 from fastrecover_tools.chaos.driver import ChaosDriver
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import SCRIPTED, DriverFactory, verdict_ok
+from tests.faults.conftest import SCRIPTED, DriverFactory, crash_with_lag, verdict_ok
 from tests.integration.helpers import crash_after_commit, parallel_config, poll_until
 
 pytestmark = pytest.mark.faults
@@ -71,14 +71,7 @@ def test_drain_keeps_members_running_until_ranges_whose_records_are_all_finished
     range, five times over.  The members must run until the store has no open range.
     """
     driver = chaos_driver(**SCRIPTED, rate=150.0)
-    driver.start(spawn=False)
-    driver.spawn(0, faults=False, extra=["--commit", "sync"])
-    wait_for(lambda: driver.finished_by(0, 0) >= 150, 60, 0.1, "the first incarnation to finish 150 records")
-    driver.kill(0)
-    producer = driver.producer
-    assert producer is not None
-    target = producer.acked + 300
-    wait_for(lambda: producer.acked >= target, 60, 0.1, "a lag of about 100 records per partition")
+    crash_with_lag(driver, finished=150, lag=300)  # about 100 records per partition
     driver.stop_producer()
     lag = _backfill_lag(driver)
     assert lag > 0

@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient
 from fastrecover.store import open_store
 from fastrecover_tools.chaos.report import format_result
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import GROUP_PROTOCOLS, SCRIPTED, DriverFactory, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, SCRIPTED, DriverFactory, crash_with_lag, verdict_ok
 
 pytestmark = pytest.mark.faults
 
@@ -25,14 +25,7 @@ def test_retention_inside_an_open_range_is_counted_and_reported(
         fail_child_share=0.0,
         group_protocol=group_protocol,
     )
-    driver.start(spawn=False)
-    driver.spawn(0, faults=False, extra=["--commit", "sync"])
-    wait_for(lambda: driver.finished_by(0, 0) >= 150, 60, 0.1, "the first incarnation to finish 150 records")
-    driver.kill(0)
-    producer = driver.producer
-    assert producer is not None
-    target = producer.acked + 900
-    wait_for(lambda: producer.acked >= target, 60, 0.1, "a lag of 300 records per partition")
+    crash_with_lag(driver, finished=150, lag=900)  # 300 records per partition
     # the second incarnation opens the ranges and dies after 10 backfilled records
     second = driver.spawn(
         0, faults=False, extra=["--commit", "message", "--stall-at", "backfill", "--stall-after", "10"]
