@@ -18,6 +18,22 @@ from fastrecover_tools.testing.broker import produce
 from tests.integration.helpers import consume_until, group_offsets, lag_after_crash, offset_of, parallel_config
 
 
+def _read_backfill_and_live(consumer: Consumer, bootstrap: str, topic: str) -> list[Message]:
+    """Subscribe after the crash, then read the range [20, 2000) and 50 live records (2000..2049)."""
+    consumer.subscribe([topic])
+    got: list[Message] = []
+    consume_until(consumer, got, lambda: len(got) >= 1, 60, "the first record after the restart")
+    produce(bootstrap, topic, [f"live{i}" for i in range(50)], partition=0)  # for the primary: 2000..2049
+    consume_until(
+        consumer,
+        got,
+        lambda: {m.offset() for m in got} >= set(range(20, 2050)),
+        60,
+        "the backfill and the live records",
+    )
+    return got
+
+
 def test_manual_store_keeps_no_records_and_commits_what_was_stored(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
 ) -> None:
@@ -28,17 +44,7 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"enable.auto.offset.store": False}))
     store = open_store(store_url)
     try:
-        consumer.subscribe([topic])
-        got: list[Message] = []
-        consume_until(consumer, got, lambda: len(got) >= 1, 60, "the first record after the restart")
-        produce(bootstrap, topic, [f"live{i}" for i in range(50)], partition=0)  # for the primary: 2000..2049
-        consume_until(
-            consumer,
-            got,
-            lambda: {m.offset() for m in got} >= set(range(20, 2050)),
-            60,
-            "the backfill and the live records",
-        )
+        got = _read_backfill_and_live(consumer, bootstrap, topic)
         for _ in range(5):
             consumer.consume(500, 0.05)
         # nothing reads them without the auto offset store, so nothing beyond one call is kept
@@ -89,17 +95,7 @@ def test_stored_offsets_under_auto_commit_are_never_moved_back_when_a_range_fini
         return group_offsets(bootstrap, unique_group, topic)[0].offset
 
     try:
-        consumer.subscribe([topic])
-        got: list[Message] = []
-        consume_until(consumer, got, lambda: len(got) >= 1, 60, "the first record after the restart")
-        produce(bootstrap, topic, [f"live{i}" for i in range(50)], partition=0)
-        consume_until(
-            consumer,
-            got,
-            lambda: {m.offset() for m in got} >= set(range(20, 2050)),
-            60,
-            "the backfill and the live records",
-        )
+        got = _read_backfill_and_live(consumer, bootstrap, topic)
         fr = consumer._fr
         assert fr is not None
         assert fr.floors.get(key) == 2000, "the recovery must have set the floor this test is about"
