@@ -147,6 +147,7 @@ class CommitPaths(ModeState):
             self.store_deferred()
         if self.auto_store:
             self.offsets.settle()
+            self.sync_positions()
             for run in self.child_runs:
                 self.book.store_upto(run.token_id, run.last + 1)
             self.child_runs = []

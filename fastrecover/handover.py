@@ -60,6 +60,7 @@ class Handover(CommitPaths):
         works = self.book.works(token_ids)
         if works:
             self.steady = False
+            self.fast_calls = 0
             self.child.add(works)
         if self.settings.commit_mirror and to_mirror:
             try:
@@ -118,6 +119,7 @@ class Handover(CommitPaths):
         if not lost:
             if self.auto_store:
                 self.offsets.settle()
+                self.sync_positions()
                 for run in self.child_runs:
                     self.book.store_upto(run.token_id, run.last + 1)
             self.child_runs = []

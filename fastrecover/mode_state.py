@@ -78,6 +78,7 @@ class ModeState:
         )
         self.recoverer = Recoverer(app, self.book, self.link, settings, self.group, self.owner)
         self.offsets = PrimaryOffsets()
+        self.offsets.untracked = self.auto_store  # the steady state, from the start
         self.child_runs: list[Run] = []
         self.assigned: set[TopicPartitionKey] = set()
         self.routes: set[TopicPartitionKey] = set()
@@ -95,10 +96,29 @@ class ModeState:
         self.turn = False
         #: no backfill, deferred commit or held EOF: poll()/consume() take the short path
         self.steady = True
+        #: poll() calls ``Consumer.poll`` may serve on its own before the next tick (steady state only)
+        self.fast_calls = 0
         self.next_child_restart = 0.0
         self.child_restarts = 0
         #: messages the primary returned (records and error events), for metrics()
         self.primary_messages = 0
+
+    def sync_positions(self) -> bool:
+        """Steady state: what the primary returned, from its positions instead of per record.
+
+        Call it only when every record returned so far counts as done: at the start of
+        a poll()/consume() (the application came back for more), in a commit() or a
+        revoke (which settle the last record too).
+        """
+        if not self.offsets.untracked or not self.assigned:
+            return True
+        try:
+            answer = _K.position(self.app, [TopicPartition(k.topic, k.partition) for k in self.assigned])
+        except KafkaException as exc:  # the records stay accounted for: the next sync reads them
+            log.debug("primary positions unavailable: %s", exc)
+            return False
+        self.offsets.sync(((tp.topic, tp.partition), tp.offset) for tp in answer if tp.error is None)
+        return True
 
     def after_commits(self) -> None:
         """Ranges settled or finished in the store: refresh mirrors, move idle partitions' Kafka offsets."""

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover.batches import Run
 from fastrecover.handover import Handover
@@ -35,6 +35,9 @@ from fastrecover.tokens import Token, TopicPartitionKey
 log = logging.getLogger("fastrecover.consumer")
 
 _TICK_S = 0.05
+#: poll() calls the steady state serves without reading the clock, while each returns a record: the
+#: tick then runs at most this many records late (an idle poll() ends the run at once)
+_FAST_CALLS = 64
 _WAIT_SLICE_S = 0.02
 _K = _KafkaConsumer
 
@@ -50,6 +53,8 @@ class ParallelMode(Handover):
 
     def begin(self) -> float:
         """What every poll()/consume() does first: settle the previous call's records, tick."""
+        if self.offsets.untracked and self.sync_positions():
+            self.offsets.untracked = False  # the steady state ended: from here on records are kept
         if self.auto_store:
             self.offsets.settle()
             if self.child_runs:
@@ -66,6 +71,8 @@ class ParallelMode(Handover):
 
     def tick(self, now: float) -> None:
         self.next_tick = now + _TICK_S
+        if self.offsets.untracked:
+            self.sync_positions()
         if self.deferred:
             self.commit_deferred()
         if self.deferred_stored:
@@ -91,6 +98,10 @@ class ParallelMode(Handover):
         self.committer.tick(now)
         self.after_commits()
         self.steady = not (self.backfilling or self.deferred or self.deferred_stored or self.held_eof)
+        if self.steady and self.auto_store:
+            self.offsets.untracked = True  # a tick runs at a call's start: everything returned is done
+        if not self.steady:
+            self.fast_calls = 0
 
     # ---- the merged streams ----------------------------------------------------------------
 
@@ -108,24 +119,17 @@ class ParallelMode(Handover):
         return msgs
 
     def poll(self, timeout: float | None) -> Message | None:
-        if self.steady:  # no backfill under way: the primary alone, with the least Python around it
-            offsets = self.offsets
-            last = offsets.last
-            if last is not None:  # settle() inlined: the record the previous call returned is done
-                offsets.last = None
-                single = offsets.single_topic is not None
-                offsets.settled[last.partition() if single else (last.topic(), last.partition())] = last
-            elif offsets.unsettled:
-                offsets.settle()
+        if self.steady:  # no backfill under way: the primary alone, its records untracked (positions)
             now = time.monotonic()
             if now >= self.next_tick:
                 self.tick(now)
             if self.steady:
+                self.fast_calls = _FAST_CALLS  # the clock was read: the next calls skip it (Consumer.poll)
                 msg = _K.poll(self.app, -1.0 if timeout is None else timeout)
-                if msg is not None:
+                if msg is None:
+                    self.fast_calls = 0
+                else:
                     self.primary_messages += 1
-                    if self.auto_store and msg.error() is None:
-                        offsets.last = msg
                 return msg
         if not self.backfilling:
             self.begin()
@@ -136,17 +140,12 @@ class ParallelMode(Handover):
 
     def consume(self, num: int, timeout: float) -> list[Message]:
         if self.steady:
-            offsets = self.offsets
-            if offsets.unsettled or offsets.last is not None:
-                offsets.settle()
             now = time.monotonic()
             if now >= self.next_tick:
                 self.tick(now)
             if self.steady:
                 msgs = _K.consume(self.app, num, timeout)
                 self.primary_messages += len(msgs)
-                if self.auto_store:
-                    offsets.unsettled.extend(msgs)  # settle() skips error events
                 return msgs
         now = self.begin()
         if not self.backfilling:
@@ -226,7 +225,19 @@ class ParallelMode(Handover):
     def seek(self, partition: TopicPartition) -> None:
         if partition.offset >= 0 and self.child.rewind(key_of(partition), partition.offset):
             return
+        if self.offsets.untracked:
+            self.note_seek(partition)
         _K.seek(self.app, partition)
+
+    def note_seek(self, partition: TopicPartition) -> None:
+        """Untracked records returned before a seek stay accounted for: librdkafka forgets the position."""
+        try:
+            (tp,) = _K.position(self.app, [TopicPartition(partition.topic, partition.partition)])
+        except (KafkaException, ValueError) as exc:
+            log.debug("position before seek of %s[%s]: %s", partition.topic, partition.partition, exc)
+            return
+        if tp.error is None:
+            self.offsets.seeking((tp.topic, tp.partition), tp.offset)
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         _K.set_sasl_credentials(self.app, username, password)

@@ -6,6 +6,12 @@ auto-commit follows: at-least-once even when a crash hits mid-record.  Records
 are kept only until that next call, and reduced to the last offset per
 partition with C-level ``map``/``zip``/``dict`` operations, never a Python loop
 per record.
+
+In the steady state (no range, nothing deferred) records are not kept at all:
+the primary's own positions (librdkafka's offset after the last record it
+returned, per partition) say the same, and are read only at the moments when
+every record returned so far counts as done (a call's start, a commit, a
+revoke).  That takes all bookkeeping off the per-record path.
 """
 
 from __future__ import annotations
@@ -63,6 +69,11 @@ class PrimaryOffsets:
         self.dirty: set[Key] = set()
         #: the topic of every assigned partition, when they share one (set on assignment)
         self.single_topic: str | None = None
+        #: records were returned without being kept (the steady state): read the client's positions
+        self.untracked = False
+        #: a partition's position just before a seek (librdkafka reports none until a record from
+        #: the new position is returned): the records returned before the seek still count
+        self.before_seek: dict[Key, int] = {}
 
     def settle(self) -> None:
         """The previous call's records are done: the application came back for more."""
@@ -89,6 +100,26 @@ class PrimaryOffsets:
             key: Key = (topic, k) if topic is not None else k
             self.done[key] = msg.offset() + 1  # type: ignore[operator]
             self.dirty.add(key)
+
+    def sync(self, positions: Iterable[tuple[Key, int]]) -> None:
+        """The client's positions become next offsets: only when every record it returned is done.
+
+        A negative position (no record returned since the assignment or a seek) says
+        nothing, so the partition keeps what it had, as librdkafka's auto store does.
+        """
+        done, dirty, before_seek = self.done, self.dirty, self.before_seek
+        for key, position in positions:
+            if before_seek:
+                earlier = before_seek.pop(key, -1)
+                position = position if position >= 0 else earlier
+            if position >= 0 and done.get(key) != position:
+                done[key] = position
+                dirty.add(key)
+
+    def seeking(self, key: Key, position: int) -> None:
+        """Keep the position a seek is about to hide (the first one, if several seeks follow)."""
+        if position >= 0:
+            self.before_seek.setdefault(key, position)
 
     def set_single_topic(self, topic: str | None) -> None:
         self.fold()
@@ -118,3 +149,4 @@ class PrimaryOffsets:
         for key in gone:
             self.done.pop(key, None)
             self.dirty.discard(key)
+            self.before_seek.pop(key, None)

@@ -304,6 +304,54 @@ class TestPrimaryOffsets:
             want.update({k: o + 1 for k, o in reference_last(specs).items()})
         assert po.take_dirty() == want
 
+    @AUDIT
+    @given(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("sync"), st.dictionaries(st.sampled_from([0, 1]), st.integers(-1001, 50))),
+                st.tuples(st.just("seek"), st.sampled_from([0, 1]), st.integers(-1001, 50)),
+            ),
+            max_size=12,
+        )
+    )
+    def test_positions_act_like_a_store_of_the_last_record_returned(self, steps: list[Any]) -> None:
+        """A model of librdkafka's auto store: a sync applies each valid position; a seek hides the
+        position (-1001) until a record is returned, and what was returned before it still counts."""
+        po = PrimaryOffsets()
+        model: dict[tuple[str, int], int] = {}
+        hidden: dict[tuple[str, int], int] = {}  # position before a seek, kept until a sync
+        for step in steps:
+            if step[0] == "seek":
+                _, p, before = step
+                po.seeking(("a", p), before)
+                if before >= 0:
+                    hidden.setdefault(("a", p), before)
+                continue
+            positions = [(("a", p), pos) for p, pos in step[1].items()]
+            po.sync(positions)
+            changed = {}
+            for key, pos in positions:
+                earlier = hidden.pop(key, -1)
+                pos = pos if pos >= 0 else earlier
+                if pos >= 0 and model.get(key) != pos:
+                    model[key] = changed[key] = pos
+            assert po.done == model
+            assert po.take_dirty() == changed  # only what moved is stored again
+
+    def test_a_sync_marks_only_changed_partitions_dirty(self) -> None:
+        po = PrimaryOffsets()
+        po.sync([(("a", 0), 5), (("a", 1), -1001)])
+        assert po.take_dirty() == {("a", 0): 5}
+        po.sync([(("a", 0), 5), (("a", 1), 3)])
+        assert po.take_dirty() == {("a", 1): 3}
+        po.seeking(("a", 1), 3)
+        po.sync([(("a", 1), -1001)])  # a seek, and no record since: what was returned before stays
+        assert po.take_dirty() == {} and po.done[("a", 1)] == 3
+        po.seeking(("a", 1), 7)
+        po.drop([TopicPartitionKey("a", 1)])
+        po.sync([(("a", 1), -1001)])  # a revoked partition forgets its hidden position too
+        assert po.done == {("a", 0): 5}
+
 
 # ---- per-message commit/store routing (CommitPaths.route_messages) ---------------------------------
 
