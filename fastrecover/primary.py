@@ -117,9 +117,13 @@ class PrimaryOffsets:
                 dirty.add(key)
 
     def seeking(self, key: Key, position: int) -> None:
-        """Keep the position a seek is about to hide (the first one, if several seeks follow)."""
+        """Keep the position a seek is about to hide.
+
+        A negative one means no record came since an earlier seek, whose kept position
+        still stands; any other is newer than what was kept.
+        """
         if position >= 0:
-            self.before_seek.setdefault(key, position)
+            self.before_seek[key] = position
 
     def set_single_topic(self, topic: str | None) -> None:
         self.fold()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover_tools.testing.broker import produce
@@ -135,6 +135,15 @@ def test_a_seek_in_the_steady_state_stores_nothing_until_a_record_from_the_new_p
         assert _committed(consumer.commit(asynchronous=False)) == [(0, _offset(got[-1]) + 1)]
         after = _records(consumer, 1)
         assert _offset(after[0]) == 150
+        # A record from 150 came: a second seek hides 151, which is what counts now (not the 10 kept
+        # at the first seek).
+        consumer.seek(TopicPartition(topic, 0, 20))
         assert _committed(consumer.commit(asynchronous=False)) == [(0, 151)]
+        # Back at 20, a record returned stores 21; librdkafka commits no offset below the committed
+        # one and says there is nothing to commit, on plain and on fastrecover alike.
+        assert _offset(_records(consumer, 1)[0]) == 20
+        with pytest.raises(KafkaException) as nothing:
+            consumer.commit(asynchronous=False)
+        assert nothing.value.args[0].code() == KafkaError._NO_OFFSET
     finally:
         consumer.close()

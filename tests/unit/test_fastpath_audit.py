@@ -324,8 +324,8 @@ class TestPrimaryOffsets:
             if step[0] == "seek":
                 _, p, before = step
                 po.seeking(("a", p), before)
-                if before >= 0:
-                    hidden.setdefault(("a", p), before)
+                if before >= 0:  # a record came since any earlier seek: this position is the newest
+                    hidden[("a", p)] = before
                 continue
             positions = [(("a", p), pos) for p, pos in step[1].items()]
             po.sync(positions)
