@@ -23,15 +23,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
 from fastrecover.book import Held, RangeBook
 from fastrecover.errors import FencedError, StoreError, StoreUnavailableError
 from fastrecover.metrics import LatencyRecorder
-from fastrecover.store import CommitResult, ProgressUpdate, RangeStore, open_store
+from fastrecover.store import CommitResult, ProgressUpdate
 from fastrecover.tokens import TopicPartitionKey
+
+if TYPE_CHECKING:
+    from fastrecover.store import RangeStore
 
 log = logging.getLogger("fastrecover.committer")
 
@@ -55,6 +58,8 @@ class StoreLink:
             return self._store
         if not force and time.monotonic() < self._retry_at:
             return None
+        from fastrecover.store import open_store  # imports SQLAlchemy: only a consumer with the mode on gets here
+
         try:
             self._store = open_store(
                 self.url,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka import Consumer as _KafkaConsumer
@@ -25,8 +26,10 @@ from fastrecover.config import Settings
 from fastrecover.errors import CodecError, StoreError
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.recovery import PartitionPlan, plan_partition
-from fastrecover.store import RangeStore
 from fastrecover.tokens import Token, TopicPartitionKey
+
+if TYPE_CHECKING:
+    from fastrecover.store import RangeStore
 
 log = logging.getLogger("fastrecover.recovery")
 

@@ -14,10 +14,10 @@ from typing import Any
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from fastrecover.store.models import VERSION_TABLE, Base
+from fastrecover.store.models import VERSION_TABLE, metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _options() -> dict[str, Any]:

@@ -49,10 +49,9 @@ from fastrecover.store.engine import mask_url as mask_url
 from fastrecover.store.engine import url_for_child as url_for_child
 from fastrecover.store.engine import validate_url as validate_url
 from fastrecover.store.models import token_from_row
+from fastrecover.store.updates import CommitResult, ProgressUpdate
 from fastrecover.store.writes import (
     TABLE,
-    CommitResult,
-    ProgressUpdate,
     apply_progress,
     check_updates,
     claim_rows,

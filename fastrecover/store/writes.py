@@ -12,11 +12,10 @@ at the moment the locks are held and nothing is written yet.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, and_, bindparam, select, update
+from sqlalchemy import and_, bindparam, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -25,36 +24,14 @@ from fastrecover import hooks
 from fastrecover.completion_map import encode_completed
 from fastrecover.ranges import RangeProgress
 from fastrecover.store.checks import INT_MAX, check_int, check_name, check_progress
-from fastrecover.store.models import RangeRow, merge_progress, token_from_row
+from fastrecover.store.models import RANGES, merge_progress, token_from_row
+from fastrecover.store.updates import CommitResult, ProgressUpdate
 from fastrecover.tokens import Token, TokenState
 
-#: The ranges table, as SQLAlchemy Core sees it.
-TABLE = cast(Table, RangeRow.__table__)
+#: The ranges table.
+TABLE = RANGES
 #: The natural key of a range (``uq_fastrecover_ranges_key``): creating a range is idempotent on it.
 _KEY_COLUMNS = ("group_id", "topic", "partition", "start_offset")
-
-
-@dataclass(frozen=True, slots=True)
-class ProgressUpdate:
-    """One range's new progress, written only if ``(owner, epoch)`` still holds it.
-
-    ``skipped`` is the range's total of records lost to retention (not a delta);
-    None leaves the stored count unchanged.
-    """
-
-    token_id: int
-    owner: str
-    epoch: int
-    progress: RangeProgress
-    skipped: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """Outcome of a batch: the tokens as now stored, and the ids whose holder was fenced."""
-
-    tokens: list[Token] = field(default_factory=list)
-    fenced: list[int] = field(default_factory=list)
 
 
 def now() -> datetime:

@@ -42,7 +42,7 @@ from fastrecover.store import (
     open_store,
     upgrade,
 )
-from fastrecover.store.models import VERSION_TABLE, Base
+from fastrecover.store.models import VERSION_TABLE, metadata
 from fastrecover.store.schema import alembic_config, check_schema
 from fastrecover.tokens import TokenState
 
@@ -129,7 +129,7 @@ def test_models_match_head_migration(store: RangeStore) -> None:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         diffs = [
             d
-            for d in compare_metadata(context, Base.metadata)
+            for d in compare_metadata(context, metadata)
             if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)
         ]
     assert diffs == []
@@ -144,7 +144,7 @@ def test_unversioned_table_is_schema_behind(store_url: str) -> None:
     engine = build_engine(store_url)
     try:
         with engine.begin() as conn:
-            Base.metadata.create_all(conn)  # the table, but no fastrecover_alembic_version
+            metadata.create_all(conn)  # the table, but no fastrecover_alembic_version
     finally:
         engine.dispose()
     with pytest.raises(SchemaBehindError) as info:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +99,7 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover", "fastrecover.consumer"),  # PEP 562: Consumer is imported on first use
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),
+        ("fastrecover.committer", "fastrecover.store"),  # open_store pulls in SQLAlchemy: only with the mode on
         ("fastrecover.config", "fastrecover.store.engine"),
         ("fastrecover.spark", "fastrecover.spark.ranges"),
         ("fastrecover.spark", "fastrecover.spark.source"),
@@ -364,3 +367,25 @@ def test_wheel_config_ships_the_library_and_excludes_the_tools() -> None:
     shipped = REPO / "tools" / "fastrecover_tools"
     for part in ("bench", "chaos", "testing", "demo.py", "spark_bench.py", "testing/kafka-pom.xml"):
         assert (shipped / part).exists(), part
+
+
+def test_a_consumer_with_the_mode_off_imports_no_sqlalchemy() -> None:
+    """SQLAlchemy costs ~0.25 s to import: a drop-in with the mode off must not pay it (nor ``import fastrecover``)."""
+    code = (
+        "import sys, fastrecover, fastrecover.consumer, fastrecover.store\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic'))\n"
+        "assert not loaded, loaded\n"
+        "fastrecover.store.open_store  # the first use loads it\n"
+        "assert 'sqlalchemy' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_name_of_the_store_package_resolves() -> None:
+    import fastrecover.store as store
+
+    for name in store.__all__:
+        assert getattr(store, name) is not None, name
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = store.no_such_name  # type: ignore[attr-defined]
