@@ -182,11 +182,15 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             synchronous commit may also raise ``StoreUnavailableError`` or ``FencedError``.
         """
         fr = self._fr
-        if fr is not None and offsets is None and message is not None:
-            if not (fr.routes or fr.floors or fr.book.by_key):
-                # no range, mirror or floor on any partition (the steady state): plain's own commit, which
-                # also gives plain's answer to a wrongly typed or errored message (no check of ours first)
-                return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+        if (
+            fr is not None
+            and offsets is None
+            and message is not None
+            and not (fr.routes or fr.floors or fr.book.by_key)
+        ):
+            # no range, mirror or floor on any partition (the steady state): plain's own commit, which
+            # also gives plain's answer to a wrongly typed or errored message (no check of ours first)
+            return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         if fr is not None and offsets is None and type(message) is Message and message.error() is None:
             key = (message.topic(), message.partition())
             if key in fr.routes:

@@ -112,13 +112,20 @@ class ModeState:
         """
         if not self.offsets.untracked or not self.assigned:
             return True
-        try:
-            answer = _K.position(self.app, [TopicPartition(k.topic, k.partition) for k in self.assigned])
-        except KafkaException as exc:  # the records stay accounted for: the next sync reads them
-            log.debug("primary positions unavailable: %s", exc)
+        answer = self.positions(self.assigned)
+        if answer is None:  # the records stay accounted for: the next sync reads them
             return False
-        self.offsets.sync(((tp.topic, tp.partition), tp.offset) for tp in answer if tp.error is None)
+        self.offsets.sync(answer)
         return True
+
+    def positions(self, keys: Iterable[tuple[str, int]]) -> list[tuple[tuple[str, int], int]] | None:
+        """The primary's fetch positions that librdkafka knows (negative: none yet); None when it cannot answer."""
+        try:
+            answer = _K.position(self.app, [TopicPartition(k[0], k[1]) for k in keys])
+        except (KafkaException, ValueError) as exc:
+            log.debug("primary positions unavailable: %s", exc)
+            return None
+        return [((tp.topic, tp.partition), tp.offset) for tp in answer if tp.error is None]
 
     def after_commits(self) -> None:
         """Ranges settled or finished in the store: refresh mirrors, move idle partitions' Kafka offsets."""

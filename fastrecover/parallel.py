@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from fastrecover.batches import Run
 from fastrecover.handover import Handover
@@ -231,13 +231,8 @@ class ParallelMode(Handover):
 
     def note_seek(self, partition: TopicPartition) -> None:
         """Untracked records returned before a seek stay accounted for: librdkafka forgets the position."""
-        try:
-            (tp,) = _K.position(self.app, [TopicPartition(partition.topic, partition.partition)])
-        except (KafkaException, ValueError) as exc:
-            log.debug("position before seek of %s[%s]: %s", partition.topic, partition.partition, exc)
-            return
-        if tp.error is None:
-            self.offsets.seeking((tp.topic, tp.partition), tp.offset)
+        for key, offset in self.positions([(partition.topic, partition.partition)]) or ():
+            self.offsets.seeking(key, offset)
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         _K.set_sasl_credentials(self.app, username, password)
