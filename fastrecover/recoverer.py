@@ -206,21 +206,13 @@ class Recoverer:
     def _stored_tokens(
         self, store: RangeStore | None, inputs: dict[TopicPartitionKey, _Inputs]
     ) -> dict[TopicPartitionKey, list[Token]] | None:
-        """What the store knows of each partition, read in one transaction; None when it cannot be read."""
+        """What the store knows of each partition, read in one statement; None when it cannot be read."""
         if store is None or not inputs:
             return None if store is None else {}
         try:
-            with store.transaction(f"reading the ranges of {len(inputs)} partition(s)"):
-                return {
-                    key: store.partition_ranges(
-                        self._group,
-                        key.topic,
-                        key.partition,
-                        ending_after=given.floor,
-                        skip_corrupt=True,
-                    )
-                    for key, given in inputs.items()
-                }
+            floors = {(key.topic, key.partition): given.floor for key, given in inputs.items()}
+            found = store.partitions_ranges(self._group, floors, skip_corrupt=True)
+            return {key: found[(key.topic, key.partition)] for key in inputs}
         except StoreError as exc:
             log.warning("range store unreadable during recovery of %d partition(s): %s", len(inputs), exc)
             return None
@@ -238,7 +230,12 @@ class Recoverer:
         if store is not None and plans:
             try:
                 with store.transaction(f"recovering {len(plans)} partition(s)"):
-                    persisted = {key: self._persist(store, key, plan) for key, plan in plans.items()}
+                    created = store.create_ranges(
+                        self._group,
+                        [(k.topic, k.partition, r.start, r.end) for k, plan in plans.items() for r in plan.new_ranges],
+                        self._owner,
+                    )
+                    persisted = {key: self._persist(store, key, plan, created) for key, plan in plans.items()}
             except (StoreError, ValueError, OverflowError, TypeError) as exc:
                 # one transaction for all: none of them has tokens, so none may skip ahead
                 persisted, failure = None, exc
@@ -319,11 +316,15 @@ class Recoverer:
             degraded,
         )
 
-    def _persist(self, store: RangeStore, key: TopicPartitionKey, plan: PartitionPlan) -> list[Token]:
+    def _persist(
+        self, store: RangeStore, key: TopicPartitionKey, plan: PartitionPlan, created: dict[tuple[str, int, int], Token]
+    ) -> list[Token]:
         """Persist restored and new ranges and claim open ones (inside the caller's transaction).
 
-        Returns the open tokens this member now holds; the caller adds them to the
-        book only once the transaction committed.
+        ``created`` holds the tokens of the plan's new ranges, inserted for every partition at
+        once; what they do not cover (a concurrent writer's range at the same start) is
+        created here, one by one.  Returns the open tokens this member now holds; the caller
+        adds them to the book only once the transaction committed.
         """
         held: list[Token] = []
         for progress in plan.restored:
@@ -340,7 +341,9 @@ class Recoverer:
         pending = list(plan.new_ranges)
         while pending:
             span = pending.pop(0)
-            token = store.create_range(self._group, key.topic, key.partition, span.start, span.end, self._owner)
+            token = created.get((key.topic, key.partition, span.start)) or store.create_range(
+                self._group, key.topic, key.partition, span.start, span.end, self._owner
+            )
             if token.span != span:
                 # A range already starts here (a concurrent writer): it covers only its own span.
                 pending.extend(subtract(span, [token.span]))

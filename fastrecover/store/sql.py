@@ -23,7 +23,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import delete, or_, select, update
@@ -56,6 +56,7 @@ from fastrecover.store.writes import (
     check_updates,
     claim_rows,
     insert_range,
+    insert_ranges,
     now,
 )
 from fastrecover.tokens import Token, TokenState
@@ -175,6 +176,49 @@ class RangeStore:
             )
         return token
 
+    def create_ranges(
+        self, group: str, spans: Sequence[tuple[str, int, int, int]], owner: str | None
+    ) -> dict[tuple[str, int, int], Token]:
+        """:meth:`create_range` for many ``(topic, partition, start, end)`` at once: one insert, one read.
+
+        Recovery records the new range of every partition it was given; one statement per
+        partition made a recovery of many partitions pay a round trip each.  Returns the
+        stored token of each ``(topic, partition, start)`` key, whatever created it (an
+        existing range at a key is kept, as :meth:`create_range` keeps it).
+        """
+        check_name("group", group)
+        if owner is not None:
+            check_name("owner", owner)
+        for topic, partition, start, end in spans:
+            check_name("topic", topic)
+            check_int("partition", partition, 0, INT_MAX)
+            for what, value in (("start", start), ("end", end)):
+                check_int(what, value)
+            if end < start:
+                raise ValueError(
+                    f"cannot create range [{start}, {end}) for {group}/{topic}[{partition}]: end {end} < start {start}"
+                )
+        if not spans:
+            return {}
+        with self._tx(f"creating {len(spans)} range(s)", write=True) as conn:
+            rows = insert_ranges(conn, group, spans, owner)
+        tokens = {(t.topic, t.partition, t.progress.start): t for t in map(token_from_row, rows)}
+        for topic, partition, start, end in spans:
+            token = tokens[(topic, partition, start)]
+            if token.progress.end != end:
+                log.warning(
+                    "range %s/%s[%d] starting at %d already exists as #%d ending at %d (asked for %d); "
+                    "keeping the existing one",
+                    group,
+                    topic,
+                    partition,
+                    start,
+                    token.id,
+                    token.progress.end,
+                    end,
+                )
+        return tokens
+
     # -- reading --------------------------------------------------------------
 
     def get(self, token_id: int) -> Token:
@@ -227,6 +271,33 @@ class RangeStore:
         if ending_after is not None:
             where.append(or_(TABLE.c.end_offset > ending_after, TABLE.c.state == TokenState.OPEN.value))
         return self._select(where, f"reading ranges of {group!r}/{topic}[{partition}]", skip_corrupt)
+
+    def partitions_ranges(
+        self, group: str, floors: Mapping[tuple[str, int], int | None], *, skip_corrupt: bool = False
+    ) -> dict[tuple[str, int], list[Token]]:
+        """:meth:`partition_ranges` of many partitions in one statement: ``floors`` maps each to its ``ending_after``.
+
+        Every partition asked for has an entry, empty when the store has nothing for it.
+        """
+        out: dict[tuple[str, int], list[Token]] = {key: [] for key in floors}
+        if not floors:
+            return out
+        where: list[ColumnElement[bool]] = [
+            TABLE.c.group_id == group,
+            TABLE.c.topic.in_(sorted({topic for topic, _ in floors})),
+            TABLE.c.partition.in_(sorted({partition for _, partition in floors})),
+        ]
+        if all(floor is not None for floor in floors.values()):
+            lowest = min(floor for floor in floors.values() if floor is not None)
+            where.append(or_(TABLE.c.end_offset > lowest, TABLE.c.state == TokenState.OPEN.value))
+        for token in self._select(where, f"reading ranges of {len(floors)} partition(s) of {group!r}", skip_corrupt):
+            key = (token.topic, token.partition)
+            if key not in floors:
+                continue  # the cross product of the topics and partitions asked for
+            floor = floors[key]
+            if floor is None or token.progress.end > floor or token.is_open:
+                out[key].append(token)
+        return out
 
     def ranges(self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False) -> list[Token]:
         """All ranges (of one group, or of every group), for status displays."""

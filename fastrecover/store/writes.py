@@ -60,9 +60,42 @@ def insert_range(
     Idempotent on the key so recovery can be re-run after a crash between deciding and
     recording.  An empty range (start == end) is inserted as already done.
     """
+    values = _new_row(group, topic, partition, start, end, owner, now())
+    _insert_ignore(conn, [values])
+    hooks.fire("token-write")  # fault point: inserted, not yet committed
+    key = and_(*(TABLE.c[k] == values[k] for k in _KEY_COLUMNS))
+    return conn.execute(select(TABLE).where(key)).mappings().one()
+
+
+def insert_ranges(
+    conn: Connection, group: str, spans: Sequence[tuple[str, int, int, int]], owner: str | None
+) -> list[Mapping[Any, Any]]:
+    """:func:`insert_range` of many ``(topic, partition, start, end)``: one insert, one read back.
+
+    The read selects the cross product of the topics, partitions and starts asked for; the
+    rows of other keys are dropped here, so each key asked for has exactly its own row.
+    """
     stamp = now()
+    rows = [_new_row(group, topic, partition, start, end, owner, stamp) for topic, partition, start, end in spans]
+    _insert_ignore(conn, rows)
+    hooks.fire("token-write")  # fault point: inserted, not yet committed
+    wanted = {(topic, partition, start) for topic, partition, start, _ in spans}
+    found = conn.execute(
+        select(TABLE).where(
+            TABLE.c.group_id == group,
+            TABLE.c.topic.in_(sorted({k[0] for k in wanted})),
+            TABLE.c.partition.in_(sorted({k[1] for k in wanted})),
+            TABLE.c.start_offset.in_(sorted({k[2] for k in wanted})),
+        )
+    ).mappings()
+    return [row for row in found if (row["topic"], row["partition"], row["start_offset"]) in wanted]
+
+
+def _new_row(
+    group: str, topic: str, partition: int, start: int, end: int, owner: str | None, stamp: datetime
+) -> dict[str, Any]:
     done = start == end
-    values: dict[str, Any] = {
+    return {
         "group_id": group,
         "topic": topic,
         "partition": partition,
@@ -78,27 +111,24 @@ def insert_range(
         "updated_at": stamp,
         "finished_at": stamp if done else None,
     }
-    _insert_ignore(conn, values)
-    hooks.fire("token-write")  # fault point: inserted, not yet committed
-    key = and_(*(TABLE.c[k] == values[k] for k in _KEY_COLUMNS))
-    return conn.execute(select(TABLE).where(key)).mappings().one()
 
 
-def _insert_ignore(conn: Connection, values: Mapping[str, Any]) -> None:
-    """Insert unless a row with the same key exists (ON CONFLICT DO NOTHING where the dialect has it)."""
+def _insert_ignore(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert each row unless one with the same key exists (ON CONFLICT DO NOTHING where the dialect has it)."""
     dialect = conn.dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert  # loaded with a PostgreSQL engine anyway
 
-        conn.execute(pg_insert(TABLE).values(**values).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key"))
+        conn.execute(pg_insert(TABLE).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key"), list(rows))
     elif dialect == "sqlite":
-        conn.execute(sqlite_insert(TABLE).values(**values).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS)))
+        conn.execute(sqlite_insert(TABLE).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS)), list(rows))
     else:
-        try:
-            with conn.begin_nested():
-                conn.execute(TABLE.insert().values(**values))
-        except IntegrityError:
-            pass  # the row exists; the caller reads it back
+        for values in rows:
+            try:
+                with conn.begin_nested():
+                    conn.execute(TABLE.insert().values(**values))
+            except IntegrityError:
+                pass  # the row exists; the caller reads it back
 
 
 # The statements of the hot write path, built once: building a Core expression per call cost more

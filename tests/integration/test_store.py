@@ -618,3 +618,65 @@ def test_partition_ranges_returns_open_and_done_ranges_of_one_partition(store: R
     assert [(t.span.start, t.span.end, t.is_open) for t in every] == [(0, 10, False), (10, 20, True), (30, 40, True)]
     later = store.partition_ranges("g", "t", 0, ending_after=10)
     assert [(t.span.start, t.span.end) for t in later] == [(10, 20), (30, 40)]
+
+
+# -- the batched calls of recovery --------------------------------------------------
+
+
+def test_create_ranges_is_create_range_for_many_keys_in_one_call(store: RangeStore, raw: Engine) -> None:
+    existing = store.create_range(GROUP, TOPIC, 1, 10, 99, "other")  # a concurrent writer's range, other end
+    spans = [(TOPIC, 0, 10, 20), (TOPIC, 1, 10, 20), (TOPIC, 1, 30, 30), ("payments", 0, 10, 15)]
+    made = store.create_ranges(GROUP, spans, "me")
+    assert sorted(made) == sorted((t, p, s) for t, p, s, _ in spans)
+    assert made[(TOPIC, 1, 10)] == existing  # kept, as create_range keeps it
+    assert made[(TOPIC, 0, 10)].progress == RangeProgress(10, 20, 10) and made[(TOPIC, 0, 10)].owner == "me"
+    assert made[(TOPIC, 1, 30)].state is TokenState.DONE  # empty: done at once
+    assert made[("payments", 0, 10)].progress.end == 15
+    # the cross product of what was asked (payments[1], orders[0] at 30, ...) is not invented
+    assert _row_count(raw) == 4
+    assert store.create_ranges(GROUP, spans, "someone-else") == made  # idempotent: the stored rows again
+    for token in made.values():
+        same_key = (GROUP, token.topic, token.partition, token.progress.start, token.progress.end + 1, None)
+        assert store.create_range(*same_key) == token  # one row per key, whichever call made it
+    assert store.create_ranges(GROUP, [], "me") == {}
+
+
+@pytest.mark.parametrize(
+    ("spans", "needle"),
+    [
+        ([(TOPIC, 0, 0, 10), (TOPIC, 1, 20, 10)], "end 10 < start 20"),
+        ([(TOPIC, 0, -1, 10)], "start must be an integer >= 0, got -1"),
+        ([(TOPIC, -2, 0, 10)], "partition must be an integer >= 0, got -2"),
+        ([("t" * 256, 0, 0, 10)], "topic must be a non-empty string"),
+    ],
+)
+def test_create_ranges_rejects_a_bad_span_and_writes_none(
+    store: RangeStore, raw: Engine, spans: list[tuple[Any, ...]], needle: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        store.create_ranges(GROUP, spans, "me")
+    assert _row_count(raw) == 0
+
+
+def test_partitions_ranges_answers_what_partition_ranges_answers_for_each(store: RangeStore) -> None:
+    done = store.create_range("g", "t", 0, 0, 10, "me")
+    store.commit_one(ProgressUpdate(done.id, "me", done.epoch, RangeProgress(0, 10, 10)))
+    store.create_range("g", "t", 0, 10, 20, "me")
+    store.create_range("g", "t", 0, 30, 40, "me")
+    low = store.create_range("g", "t", 1, 0, 5, "me")  # open below its partition's floor: still returned
+    old = store.create_range("g", "t", 1, 5, 8, "me")
+    store.commit_one(ProgressUpdate(old.id, "me", old.epoch, RangeProgress(5, 8, 8)))
+    store.create_range("g", "u", 0, 0, 50, "me")
+    store.create_range("g", "u", 1, 0, 50, "me")  # u[1] is not asked for (cross product of topics and partitions)
+    store.create_range("other", "t", 0, 0, 50, "me")
+    for floors in (
+        {("t", 0): 10, ("t", 1): 20, ("u", 0): 0},
+        {("t", 0): None, ("t", 1): 6, ("u", 0): 60},
+        {("t", 0): 0, ("t", 2): 0},
+    ):
+        answer = store.partitions_ranges("g", floors)
+        assert set(answer) == set(floors)
+        for (topic, partition), floor in floors.items():
+            assert answer[(topic, partition)] == store.partition_ranges("g", topic, partition, ending_after=floor)
+    assert low in store.partitions_ranges("g", {("t", 1): 20})[("t", 1)]
+    assert store.partitions_ranges("g", {}) == {}
