@@ -55,7 +55,6 @@ from fastrecover.store.writes import (
     apply_progress,
     check_updates,
     claim_rows,
-    insert_range,
     insert_ranges,
     now,
 )
@@ -148,38 +147,12 @@ class RangeStore:
         returned whatever its state.  An empty range (start == end) is recorded
         as already done.
         """
-        check_name("group", group)
-        check_name("topic", topic)
-        if owner is not None:
-            check_name("owner", owner)
-        check_int("partition", partition, 0, INT_MAX)
-        for what, value in (("start", start), ("end", end)):
-            check_int(what, value)
-        if end < start:
-            raise ValueError(
-                f"cannot create range [{start}, {end}) for {group}/{topic}[{partition}]: end {end} < start {start}"
-            )
-        with self._tx("creating a range", write=True) as conn:
-            row = insert_range(conn, group, topic, partition, start, end, owner)
-        token = token_from_row(row)
-        if token.progress.end != end:
-            log.warning(
-                "range %s/%s[%d] starting at %d already exists as #%d ending at %d (asked for %d); "
-                "keeping the existing one",
-                group,
-                topic,
-                partition,
-                start,
-                token.id,
-                token.progress.end,
-                end,
-            )
-        return token
+        return self.create_ranges(group, [(topic, partition, start, end)], owner)[(topic, partition, start)]
 
     def create_ranges(
         self, group: str, spans: Sequence[tuple[str, int, int, int]], owner: str | None
     ) -> dict[tuple[str, int, int], Token]:
-        """:meth:`create_range` for many ``(topic, partition, start, end)`` at once: one insert, one read.
+        """:meth:`create_range` for many ``(topic, partition, start, end)`` at once: one insert, one read back.
 
         Recovery records the new range of every partition it was given; one statement per
         partition made a recovery of many partitions pay a round trip each.  Returns the

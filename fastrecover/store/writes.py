@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -52,28 +52,15 @@ def check_updates(updates: Sequence[ProgressUpdate]) -> None:
             check_int(f"skipped of range #{u.token_id}", u.skipped)
 
 
-def insert_range(
-    conn: Connection, group: str, topic: str, partition: int, start: int, end: int, owner: str | None
-) -> Mapping[Any, Any]:
-    """Insert a new range at epoch 1 unless its key exists; the row as stored either way.
-
-    Idempotent on the key so recovery can be re-run after a crash between deciding and
-    recording.  An empty range (start == end) is inserted as already done.
-    """
-    values = _new_row(group, topic, partition, start, end, owner, now())
-    _insert_ignore(conn, [values])
-    hooks.fire("token-write")  # fault point: inserted, not yet committed
-    key = and_(*(TABLE.c[k] == values[k] for k in _KEY_COLUMNS))
-    return conn.execute(select(TABLE).where(key)).mappings().one()
-
-
 def insert_ranges(
     conn: Connection, group: str, spans: Sequence[tuple[str, int, int, int]], owner: str | None
 ) -> list[Mapping[Any, Any]]:
-    """:func:`insert_range` of many ``(topic, partition, start, end)``: one insert, one read back.
+    """Insert new ranges at epoch 1 unless their keys exist; the rows as stored either way.
 
-    The read selects the cross product of the topics, partitions and starts asked for; the
-    rows of other keys are dropped here, so each key asked for has exactly its own row.
+    Idempotent on the key so recovery can be re-run after a crash between deciding and
+    recording.  An empty range (start == end) is inserted as already done.  The read back
+    selects the cross product of the topics, partitions and starts asked for; the rows of
+    other keys are dropped here, so each key asked for has exactly its own row.
     """
     stamp = now()
     rows = [_new_row(group, topic, partition, start, end, owner, stamp) for topic, partition, start, end in spans]
