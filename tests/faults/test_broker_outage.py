@@ -73,7 +73,10 @@ def _in_plain_commit(stacks: str) -> bool:
     """In the newest faulthandler dump, the main thread waits in confluent_kafka's C ``commit``.
 
     faulthandler shows Python frames only: the C call is the line of the main thread's innermost
-    frame, which must be a call of the plain client's ``commit`` (``_K.commit(``) in fastrecover.
+    frame, which must be a call of the plain client's ``commit`` (``_K.commit(``) in a fastrecover
+    module: ``Consumer.commit`` hands a partition without ranges straight to it, and an offset-less
+    synchronous ``commit()`` makes the same call from ``fastrecover/commits.py`` (seen in CI on
+    2026-11-23: ``kafka`` in ``commit_both``, the coordinator logging "1 out-queue" every 61 s).
     """
     blocks = re.split(r"(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", stacks)
     main = [b for b in blocks[1:] if " in <module>" in b]
@@ -82,11 +85,37 @@ def _in_plain_commit(stacks: str) -> bool:
     frames = re.findall(r'File "([^"]+)", line (\d+) in (\w+)', main[-1])
     if not frames:
         return False
-    path, line, func = frames[0]
-    if func != "commit" or not path.endswith("fastrecover/consumer.py"):
+    path, line, _func = frames[0]
+    if "/fastrecover/" not in path.replace("\\", "/") or "/fastrecover_tools/" in path:
         return False
     source = Path(path).read_text(encoding="utf-8").splitlines()
     return "_K.commit(" in source[int(line) - 1]
+
+
+def _dump(frames: list[tuple[Path, int, str]]) -> str:
+    """A faulthandler dump of a main thread whose innermost frames are ``frames`` (innermost first)."""
+    lines = [f'  File "{path}", line {line} in {func}' for path, line, func in frames]
+    lines.append('  File "/app/worker.py", line 340 in <module>')
+    return "Current thread 0x00007fb2f5dddb80 (most recent call first):\n" + "\n".join(lines) + "\n"
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if text in line)
+
+
+def test_the_probe_sees_the_plain_commit_wherever_fastrecover_calls_it() -> None:
+    """Both frames CI met: ``Consumer.commit``'s own call, and the offset-less sync commit's in commits.py."""
+    library = Path(__file__).resolve().parents[2] / "fastrecover"
+    consumer, commits = library / "consumer.py", library / "commits.py"
+    direct = _line_of(consumer, "return _K.commit(self, message=message, asynchronous=asynchronous)")
+    offsetless = _line_of(commits, "return _K.commit(self.app, asynchronous=False)")
+    both = _line_of(commits, "result = kafka()")
+    assert _in_plain_commit(_dump([(consumer, direct, "commit")]))
+    assert _in_plain_commit(_dump([(commits, offsetless, "kafka"), (commits, both, "commit_both")]))
+    # anything else stuck is not the upstream wait: the test must fail on it
+    assert not _in_plain_commit(_dump([(commits, both, "commit_both")]))
+    assert not _in_plain_commit(_dump([(consumer, direct - 1, "commit")]))
+    assert not _in_plain_commit("no dump at all")
 
 
 class _LivenessProbe:
