@@ -236,14 +236,8 @@ class RangeStore:
         point below it may be missing (turned off, replaced by the
         application's own metadata, or signed with another key).
         """
-        where: list[ColumnElement[bool]] = [
-            TABLE.c.group_id == group,
-            TABLE.c.topic == topic,
-            TABLE.c.partition == partition,
-        ]
-        if ending_after is not None:
-            where.append(or_(TABLE.c.end_offset > ending_after, TABLE.c.state == TokenState.OPEN.value))
-        return self._select(where, f"reading ranges of {group!r}/{topic}[{partition}]", skip_corrupt)
+        key = (topic, partition)
+        return self.partitions_ranges(group, {key: ending_after}, skip_corrupt=skip_corrupt)[key]
 
     def partitions_ranges(
         self, group: str, floors: Mapping[tuple[str, int], int | None], *, skip_corrupt: bool = False

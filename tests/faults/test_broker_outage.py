@@ -86,7 +86,7 @@ def _in_plain_commit(stacks: str) -> bool:
     if not frames:
         return False
     path, line, _func = frames[0]
-    if "/fastrecover/" not in path.replace("\\", "/") or "/fastrecover_tools/" in path:
+    if "/fastrecover/" not in path:  # the library's modules (the tools live in fastrecover_tools/)
         return False
     source = Path(path).read_text(encoding="utf-8").splitlines()
     return "_K.commit(" in source[int(line) - 1]

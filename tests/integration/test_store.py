@@ -658,7 +658,7 @@ def test_create_ranges_rejects_a_bad_span_and_writes_none(
     assert _row_count(raw) == 0
 
 
-def test_partitions_ranges_answers_what_partition_ranges_answers_for_each(store: RangeStore) -> None:
+def test_partitions_ranges_reads_each_partition_with_its_own_floor(store: RangeStore) -> None:
     done = store.create_range("g", "t", 0, 0, 10, "me")
     store.commit_one(ProgressUpdate(done.id, "me", done.epoch, RangeProgress(0, 10, 10)))
     store.create_range("g", "t", 0, 10, 20, "me")
@@ -669,14 +669,20 @@ def test_partitions_ranges_answers_what_partition_ranges_answers_for_each(store:
     store.create_range("g", "u", 0, 0, 50, "me")
     store.create_range("g", "u", 1, 0, 50, "me")  # u[1] is not asked for (cross product of topics and partitions)
     store.create_range("other", "t", 0, 0, 50, "me")
-    for floors in (
-        {("t", 0): 10, ("t", 1): 20, ("u", 0): 0},
-        {("t", 0): None, ("t", 1): 6, ("u", 0): 60},
-        {("t", 0): 0, ("t", 2): 0},
-    ):
+    cases: list[tuple[dict[tuple[str, int], int | None], dict[tuple[str, int], list[tuple[int, int]]]]] = [
+        (
+            {("t", 0): 10, ("t", 1): 20, ("u", 0): 0},
+            {("t", 0): [(10, 20), (30, 40)], ("t", 1): [(0, 5)], ("u", 0): [(0, 50)]},
+        ),
+        (
+            {("t", 0): None, ("t", 1): 6, ("u", 0): 60},
+            {("t", 0): [(0, 10), (10, 20), (30, 40)], ("t", 1): [(0, 5), (5, 8)], ("u", 0): [(0, 50)]},
+        ),
+        ({("t", 0): 0, ("t", 2): 0}, {("t", 0): [(0, 10), (10, 20), (30, 40)], ("t", 2): []}),
+    ]
+    for floors, expected in cases:
         answer = store.partitions_ranges("g", floors)
-        assert set(answer) == set(floors)
-        for (topic, partition), floor in floors.items():
-            assert answer[(topic, partition)] == store.partition_ranges("g", topic, partition, ending_after=floor)
+        assert {key: [(t.span.start, t.span.end) for t in tokens] for key, tokens in answer.items()} == expected
+        assert all(t.group == "g" for tokens in answer.values() for t in tokens)
     assert low in store.partitions_ranges("g", {("t", 1): 20})[("t", 1)]
     assert store.partitions_ranges("g", {}) == {}
