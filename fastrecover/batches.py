@@ -23,6 +23,20 @@ if TYPE_CHECKING:
     from fastrecover.book import RangeWork
 
 
+def batch_offsets(msgs: list[Message]) -> Sequence[int]:
+    """The ascending offsets of one partition's records, without a call per record when it can.
+
+    Records of a partition arrive in offset order, so when the last offset is the
+    first plus the count, the offsets are exactly that ``range``: no per-record
+    ``Message.offset`` call and no list.  Otherwise (compaction, transaction markers
+    leave holes) the list of them.
+    """
+    first, last = msgs[0].offset(), msgs[-1].offset()
+    if first is not None and last is not None and last - first + 1 == len(msgs):
+        return range(first, last + 1)
+    return cast(list[int], list(map(Message.offset, msgs)))  # records, never events: always set
+
+
 def runs(keys: Sequence[Hashable]) -> list[tuple[int, int]]:
     """``[lo, hi)`` index spans of ``keys`` holding one key each, in order.
 
@@ -47,8 +61,13 @@ def partition_runs(msgs: list[Message]) -> list[tuple[TopicPartitionKey, int, in
         return []
     topics = cast(list[str], list(map(Message.topic, msgs)))
     partitions = cast(list[int], list(map(Message.partition, msgs)))
-    if topics.count(topics[0]) == len(topics):
+    size = len(msgs)
+    if topics.count(topics[0]) == size:
         topic = topics[0]
+        if partitions.count(partitions[0]) == size:
+            # one partition: what a consume() from librdkafka's queue mostly returns, and
+            # list.count compares in C without a call per record, where runs() makes two
+            return [(TopicPartitionKey(topic, partitions[0]), 0, size)]
         return [(TopicPartitionKey(topic, partitions[lo]), lo, hi) for lo, hi in runs(partitions)]
     pairs = list(zip(topics, partitions, strict=True))
     return [(TopicPartitionKey(*pairs[lo]), lo, hi) for lo, hi in runs(pairs)]
@@ -95,7 +114,7 @@ class Cut:
     gaps: list[tuple[int, int]] = field(default_factory=list)
 
 
-def cut_batch(offsets: list[int], fetch_next: int, end: int) -> Cut:
+def cut_batch(offsets: Sequence[int], fetch_next: int, end: int) -> Cut:
     """Cut the ascending ``offsets`` of one partition for a range read up to ``fetch_next``, ending at ``end``.
 
     Offsets below ``fetch_next`` were delivered already (``lo`` skips them); an offset at or past
@@ -129,5 +148,6 @@ class Segment:
 
     work: RangeWork
     msgs: list[Message]
-    offsets: list[int]
+    #: a ``range`` when the records are consecutive offsets (the common case), else the list of them
+    offsets: Sequence[int]
     pos: int = 0

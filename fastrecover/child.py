@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from fastrecover import hooks
-from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, cut_batch, partition_runs
+from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, batch_offsets, cut_batch, partition_runs
 from fastrecover.book import RangeWork
 from fastrecover.child_handle import ChildHandle
 from fastrecover.tokens import TopicPartitionKey
@@ -93,6 +93,7 @@ class ChildReader:
     def add(self, works: Iterable[RangeWork]) -> None:
         """Queue ranges; a partition reads its ranges one after the other, lowest first."""
         self._ensure_handle()
+        fetching = self._h.assigned()  # asked once: each call copies the whole assignment
         for item in sorted(works, key=lambda w: w.next_offset):
             if item.next_offset >= item.end:
                 continue
@@ -101,7 +102,7 @@ class ChildReader:
                 self._work[item.key] = deque([item])
                 # No log-start round trip here: a start that retention removed comes back as an
                 # offset-out-of-range event (auto.offset.reset=error), and _on_error asks then.
-                self._start(item, check_low=False)
+                self._start(item, assigned=item.key in fetching, check_low=False)
             elif all(w.token_id != item.token_id for w in queue):
                 head = queue.popleft()
                 rest = sorted([*queue, item], key=lambda w: w.next_offset)
@@ -248,7 +249,7 @@ class ChildReader:
         head = queue[0]
         if head.fetched_all:
             return  # the fetcher moved past the range; a seek to the next range is pending
-        offsets = cast(list[int], list(map(Message.offset, msgs)))  # records, never events: always set
+        offsets = batch_offsets(msgs)
         cut = cut_batch(offsets, head.fetch_next, head.end)
         self._events.extend(GapEvent(head.token_id, start, end) for start, end in cut.gaps)
         head.fetch_next, head.fetched_all = cut.fetch_next, cut.fetched_all

@@ -86,8 +86,12 @@ class ChildHandle:
             log.debug("watermarks of %s unavailable (%s); reading from the cursor", key, exc)
             return None
 
+    def assigned(self) -> set[tuple[str, int]]:
+        """The partitions the handle fetches now, as ``(topic, partition)`` (equal to their keys)."""
+        return {(t.topic, t.partition) for t in self._consumer.assignment()}
+
     def is_assigned(self, key: TopicPartitionKey) -> bool:
-        return any(t.topic == key.topic and t.partition == key.partition for t in self._consumer.assignment())
+        return key in self.assigned()
 
     def seek(self, key: TopicPartitionKey, offset: int) -> None:
         """Move the fetcher; raises KafkaException while the partition is not fetching yet."""

@@ -217,6 +217,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             KafkaException: as plain, e.g. ``_INVALID_ARG`` with ``enable.auto.offset.store=true``.
         """
         fr = self._fr
+        # one record at a time, and often per record: the common cases first, each test once
         if (
             fr is not None
             and offsets is None
@@ -224,13 +225,19 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             and not fr.auto_store
             and message.error() is None
         ):
-            key = None if not (fr.routes or fr.floors or fr.book.by_key) else (message.topic(), message.partition())
-            if key is None or (key not in fr.routes and not fr.floors and key not in fr.book.by_key):
-                _K.store_offsets(self, message=message)  # nothing of ours on this partition: plain's own call
+            routes = fr.routes
+            if not (routes or fr.floors or fr.book.by_key):
+                _K.store_offsets(self, message=message)  # nothing of ours anywhere: plain's own call
                 return
-            if key in fr.routes:
+            key = (message.topic(), message.partition())
+            if key in routes:
                 fr.deferred_stored.append(message)  # a partition with ranges: routed in bulk at the next tick
                 return
+            if not fr.floors and key not in fr.book.by_key:
+                _K.store_offsets(self, message=message)  # nothing of ours on this partition
+                return
+            fr.store_offsets(message, None)
+            return
         if (
             fr is None
             or (message is None) == (offsets is None)

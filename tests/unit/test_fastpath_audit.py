@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from fastrecover.batches import cut_batch, runs
+from fastrecover.batches import batch_offsets, cut_batch, partition_runs, runs
 from fastrecover.book import RangeBook
 from fastrecover.commits import CommitPaths
 from fastrecover.completion_map import decode_completed, encode_completed
@@ -185,6 +185,19 @@ class TestRouting:
             i += n
         assert runs(keys) == want
 
+    @AUDIT
+    @given(st.lists(st.sampled_from([("a", 0), ("a", 1), ("a", 300), ("b", 0), ("b", 300)]), min_size=1, max_size=30))
+    def test_partition_runs_is_groupby_of_topic_and_partition(self, keys: list[tuple[str, int]]) -> None:
+        # partition numbers above 256 are distinct int objects: the one-partition shortcut compares by value
+        msgs = [Message(topic=t, partition=int(str(p)), offset=i) for i, (t, p) in enumerate(keys)]
+        want = []
+        i = 0
+        for k, g in groupby(keys):
+            n = len(list(g))
+            want.append((TopicPartitionKey(*k), i, i + n))
+            i += n
+        assert partition_runs(msgs) == want
+
 
 # ---- merged committed() ----------------------------------------------------------------------------
 
@@ -248,6 +261,25 @@ class TestCutBatch:
         cut = cut_batch(offsets, fetch_next, end)
         covered = sorted([*offsets[cut.lo : cut.hi], *(o for a, b in cut.gaps for o in range(a, b))])
         assert covered == list(range(fetch_next, max(fetch_next, cut.fetch_next)))
+
+    @AUDIT
+    @given(fetched(dups=False))
+    def test_batch_offsets_cut_as_the_list_of_offsets(self, case: tuple[list[int], int, int]) -> None:
+        """The ``range`` shortcut for consecutive offsets is the list of them, and cuts identically."""
+        offsets, fetch_next, end = case
+        assume(offsets)
+        seen = batch_offsets([Message(topic="t", partition=0, offset=o) for o in offsets])
+        assert list(seen) == offsets
+        assert cut_batch(seen, fetch_next, end) == cut_batch(offsets, fetch_next, end)
+        if offsets[-1] - offsets[0] + 1 == len(offsets):
+            assert isinstance(seen, range)
+
+    def test_consecutive_offsets_are_a_range_and_holes_a_list(self) -> None:
+        consecutive = batch_offsets([Message(topic="t", partition=0, offset=o) for o in range(300, 800)])
+        assert consecutive == range(300, 800)
+        holed = batch_offsets([Message(topic="t", partition=0, offset=o) for o in (3, 4, 6)])
+        assert holed == [3, 4, 6]
+        assert cut_batch(consecutive, 400, 500) == cut_batch(list(range(300, 800)), 400, 500)
 
 
 # ---- primary offsets (C-level reductions over Message objects) -------------------------------------
