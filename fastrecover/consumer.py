@@ -204,9 +204,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             message is not None and (offsets is not None or type(message) is not Message or message.error() is not None)
         ):
             return _K.commit(self, **_present(message=message, offsets=offsets), asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
-        if offsets is not None and not (
-            isinstance(offsets, list) and all(type(tp) is TopicPartition for tp in offsets)
-        ):
+        if offsets is not None and not _tp_list(offsets):
             return _K.commit(self, offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         return fr.commit(message, offsets, bool(asynchronous))
 
