@@ -76,3 +76,7 @@ class DataLossError(FastRecoverError):
 
 class OffsetFormatError(FastRecoverError, ValueError):
     """A serialized source offset is not one this version wrote (or was edited by hand)."""
+
+
+class CheckpointError(FastRecoverError):
+    """A Spark checkpoint file is missing, malformed or inconsistent with the others."""

@@ -5,6 +5,10 @@
   parallel tasks (:mod:`fastrecover.spark.source`).
 * :func:`start_stream`: the same planning, with each batch's records read by
   Spark's JVM Kafka reader (the fast path; needs spark-sql-kafka-0-10).
+* :func:`start_kafka_stream`: Spark's own Kafka source reads the live records;
+  after a restart the driver jumps the checkpoint to the log end and each later
+  batch carries a chunk of the lag (no Python planning process: Spark's own
+  start-up cost and steady state).
 * ``format("fastrecover-ranges")``: a batch source that drains a consumer
   group's open range tokens, with :func:`complete_ranges` to hand them back as
   done (:mod:`fastrecover.spark.ranges`).
@@ -35,6 +39,7 @@ __all__ = [
     "abandon_ranges",
     "complete_ranges",
     "register",
+    "start_kafka_stream",
     "start_stream",
 ]
 
@@ -46,6 +51,7 @@ _LAZY = {
     "abandon_ranges": "fastrecover.spark.ranges",
     "complete_ranges": "fastrecover.spark.ranges",
     "start_stream": "fastrecover.spark.jvm",
+    "start_kafka_stream": "fastrecover.spark.controller",
 }
 
 

@@ -206,7 +206,8 @@ def _parse_starting(raw: str) -> tuple[str, tuple[tuple[str, int, int], ...] | N
     return "json", tuple(sorted(out))
 
 
-def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+def parse_source_options(options: Mapping[str, str], *, query_required: bool = True) -> SourceOptions:
+    """The options of ``format("fastrecover")``; ``start_kafka_stream`` (no store) needs no query name."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     topics_raw, pattern, assign_raw = _get(opts, "subscribe"), _get(opts, "subscribePattern"), _get(opts, "assign")
     given = [
@@ -231,7 +232,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     else:
         assign = _parse_assign(assign_raw or "")
         topics = tuple(sorted({t for t, _ in assign}))
-    query = _get(opts, "fastrecover.query")
+    query = _get(opts, "fastrecover.query") or ("" if query_required else "-")
     if not query:
         raise ConfigError(
             "option fastrecover.query is required: a stable name for this query, under which the store "

@@ -26,6 +26,7 @@ __all__ = [
     "apply_jumps",
     "chunk_tasks",
     "discover",
+    "fair_shares",
     "has_fresh",
     "initial_offset",
     "plan_next",
@@ -143,34 +144,42 @@ def take_backfill(offset: SourceOffset, budget: int | None) -> SourceOffset:
     owed = {k: s.pending_count for k, s in offset.partitions.items() if s.pending}
     if not owed:
         return offset
-    if budget is None:
-        grant = owed
-    else:
-        if budget <= 0:
-            return offset
-        grant = {}
-        remaining = budget
-        order = sorted(owed, key=lambda k: (owed[k], k.topic, k.partition))
-        for i, key in enumerate(order):
-            share = remaining // (len(order) - i)
-            if i == len(order) - 1:
-                share = remaining
-            give = min(owed[key], share)
-            grant[key] = give
-            remaining -= give
-        # Integer division can leave a few offsets unassigned: hand them out in key order.
-        for key in sorted(owed, key=lambda k: (k.topic, k.partition)):
-            if remaining <= 0:
-                break
-            extra = min(owed[key] - grant[key], remaining)
-            grant[key] += extra
-            remaining -= extra
+    if budget is not None and budget <= 0:
+        return offset
+    grant = fair_shares(owed, budget)
     updates = {}
     for key, count in grant.items():
         if count > 0:
             state = offset.partitions[key]
             updates[key] = replace(state, pending=_consume_front(state.pending, count))
     return offset.with_partitions(updates) if updates else offset
+
+
+def fair_shares(owed: Mapping[TopicPartitionKey, int], budget: int | None) -> dict[TopicPartitionKey, int]:
+    """Split ``budget`` offsets between partitions owed ``owed[key]`` (None: everything owed).
+
+    Water-filling: a partition that needs less than its share leaves the rest to
+    the others, so one huge lag cannot starve a small one; the sum is
+    ``min(budget, sum(owed))`` and no partition gets more than it is owed.
+    """
+    if budget is None:
+        return dict(owed)
+    grant: dict[TopicPartitionKey, int] = {}
+    remaining = max(0, budget)
+    order = sorted(owed, key=lambda k: (owed[k], k.topic, k.partition))
+    for i, key in enumerate(order):
+        share = remaining if i == len(order) - 1 else remaining // (len(order) - i)
+        give = min(owed[key], share)
+        grant[key] = give
+        remaining -= give
+    # Integer division can leave a few offsets unassigned: hand them out in key order.
+    for key in sorted(owed, key=lambda k: (k.topic, k.partition)):
+        if remaining <= 0:
+            break
+        extra = min(owed[key] - grant[key], remaining)
+        grant[key] += extra
+        remaining -= extra
+    return grant
 
 
 def has_fresh(offset: SourceOffset, ends: Mapping[TopicPartitionKey, int]) -> bool:

@@ -43,8 +43,9 @@ log = logging.getLogger("fastrecover.spark")
 
 #: spark-kafka: Spark's built-in source; fastrecover-jvm: fastrecover.spark.start_stream (planning in
 #: format("fastrecover"), records read by Spark's JVM Kafka reader); fastrecover: format("fastrecover")
-#: reading records in Python workers.
-SOURCES = ("spark-kafka", "fastrecover-jvm", "fastrecover")
+#: reading records in Python workers; fastrecover-kafka: fastrecover.spark.start_kafka_stream (Spark's own
+#: source for live records, the driver jumps the checkpoint and reads the lag in chunks with the JVM reader).
+SOURCES = ("spark-kafka", "fastrecover-jvm", "fastrecover", "fastrecover-kafka")
 SINKS = ("count", "parquet", "python-udf")
 PARTITIONS = 2
 FRESH_RATE = 500  # fresh records per second during the restart
@@ -199,7 +200,7 @@ def _options(source: str, bootstrap: str, topic: str, store_url: str, query: str
             "fastrecover.store.url": store_url,
             "fastrecover.query": query,
             "maxBackfillOffsetsPerTrigger": str(
-                JVM_BACKFILL_PER_TRIGGER if source == "fastrecover-jvm" else BACKFILL_PER_TRIGGER
+                JVM_BACKFILL_PER_TRIGGER if source in ("fastrecover-jvm", "fastrecover-kafka") else BACKFILL_PER_TRIGGER
             ),
             "backfillTasks": str(BACKFILL_TASKS),
         }
@@ -214,6 +215,10 @@ def _start(spark: Any, source: str, options: dict[str, str], sink: Any, checkpoi
         from fastrecover.spark import start_stream
 
         return start_stream(spark, options, sink, checkpoint)
+    if source == "fastrecover-kafka":
+        from fastrecover.spark import start_kafka_stream
+
+        return start_kafka_stream(spark, options, sink, checkpoint)
     fmt = "kafka" if source == "spark-kafka" else "fastrecover"
     reader = spark.readStream.format(fmt)
     for key, value in options.items():
@@ -558,7 +563,7 @@ def _result(
             or kafka_package_version(),
             "fastrecover_options": {
                 "maxBackfillOffsetsPerTrigger": BACKFILL_PER_TRIGGER,
-                "maxBackfillOffsetsPerTrigger (fastrecover-jvm)": JVM_BACKFILL_PER_TRIGGER,
+                "maxBackfillOffsetsPerTrigger (fastrecover-jvm, fastrecover-kafka)": JVM_BACKFILL_PER_TRIGGER,
                 "backfillTasks": BACKFILL_TASKS,
             },
             "steady_max_offsets_per_trigger": STEADY_PER_TRIGGER,

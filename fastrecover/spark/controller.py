@@ -1,0 +1,411 @@
+"""Fast recovery around Spark's own Kafka source: :func:`start_kafka_stream`.
+
+Live records are read by ``spark.readStream.format("kafka")`` with the user's
+options, so the steady state and the cost of starting a query are Spark's own:
+no Python process plans batches.  Recovery happens in the driver, before
+``start()``, by editing the query's checkpoint (formats in
+:mod:`fastrecover.spark.checkpoint`, decisions in :mod:`fastrecover.spark.jump`):
+
+1. If the last batch was planned but not committed (the driver died
+   mid-batch), it runs first, as Spark would run it: the offsets Spark logged
+   for it, its batch id, its backfill chunk, the user's function.
+2. If the committed offsets lag the log end by ``fastrecover.backfill.min.offsets``
+   or more, the lag ranges are journalled under ``<checkpoint>/fastrecover/jumps``
+   (durably, before anything else changes), then a batch ending at the log end
+   is appended to the offset and commit logs.  Spark resumes after it, with
+   fresh records only.
+3. Every later batch reads its *chunk* of the journalled ranges (at most
+   ``maxBackfillOffsetsPerTrigger`` offsets, split into ``backfillTasks``
+   tasks) with Spark's batch Kafka reader and unions it with the live records
+   (column ``backfill``).  The chunk is journalled under
+   ``<checkpoint>/fastrecover/chunks`` before it is read, so a replayed batch
+   reads the same records.
+
+A ``rate`` source (one row per second) is unioned into the query and dropped
+before the user's function: Spark runs no batch for a stateless query without
+new data, and the backlog must drain while the topic is idle.  A batch that
+carries neither Kafka records nor a chunk is not passed to the user's function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from functools import reduce
+from typing import Any
+
+from fastrecover.errors import CheckpointError, ConfigError
+from fastrecover.spark.checkpoint import (
+    NO_OFFSET,
+    OffsetLogEntry,
+    is_kafka_offset,
+    kafka_offsets,
+    parse_journal,
+    parse_offset_log,
+    render_journal,
+    render_kafka_offsets,
+)
+from fastrecover.spark.jump import chunk_for, jumped, lag_ranges, pending, task_count
+from fastrecover.spark.jvm import layers
+from fastrecover.spark.offsets import Piece
+from fastrecover.spark.options import SourceOptions, parse_source_options
+from fastrecover.spark.source import trace
+from fastrecover.tokens import TopicPartitionKey
+
+log = logging.getLogger("fastrecover.spark")
+
+__all__ = ["start_kafka_stream"]
+
+#: options that configure fastrecover; every other option goes to Spark's Kafka source unchanged
+_OURS = ("fastrecover.", "maxbackfilloffsetspertrigger", "backfilltasks", "freshwaitms", "maxoffsetspertask")
+_JUMPS = "fastrecover/jumps"
+_CHUNKS = "fastrecover/chunks"
+_DEFAULT_COMMIT = 'v1\n{"nextBatchWatermarkMs":0}'
+#: Spark's ``startingOffsets``: only a new query uses it, as with Spark's source
+_TICK_ROWS_PER_SECOND = "1"
+
+
+class _Checkpoint:
+    """The checkpoint's files through Hadoop's FileSystem (local, HDFS, object stores alike)."""
+
+    def __init__(self, spark: Any, location: str) -> None:
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._root = jvm.org.apache.hadoop.fs.Path(location)
+        self._fs = self._root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self.location = location.rstrip("/")
+
+    def _path(self, rel: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(self._root, rel)
+
+    def batch_ids(self, directory: str) -> list[int]:
+        """The batch ids with a file in ``directory`` (temporary and checksum files skipped)."""
+        path = self._path(directory)
+        if not self._fs.exists(path):
+            return []
+        names = [status.getPath().getName() for status in self._fs.listStatus(path)]
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def read(self, rel: str) -> str | None:
+        path = self._path(rel)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write(self, rel: str, text: str, *, replace: bool = False) -> None:
+        """Write ``rel`` whole or not at all: a temporary file, then a rename (what Spark's logs do too)."""
+        final = self._path(rel)
+        tmp = self._path(f"{rel}.{int(time.time() * 1000)}.tmp")
+        stream = self._fs.create(tmp, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+            stream.hflush()
+        finally:
+            stream.close()
+        if self._fs.exists(final):
+            if not replace:
+                self._fs.delete(tmp, False)
+                raise CheckpointError(f"{self.location}/{rel} exists already: another run of this query is active?")
+            self._fs.delete(final, False)
+        if not self._fs.rename(tmp, final):
+            raise CheckpointError(f"cannot rename {tmp} to {self.location}/{rel}")
+
+
+class _Journal:
+    """The jumps' lag ranges and the batches' chunks, loaded once and kept in step with the files."""
+
+    def __init__(self, files: _Checkpoint) -> None:
+        self._files = files
+        self.jumps = self._load(_JUMPS)
+        self.chunks = self._load(_CHUNKS)
+
+    def _load(self, directory: str) -> dict[int, list[Piece]]:
+        out = {}
+        for batch in self._files.batch_ids(directory):
+            rel = f"{directory}/{batch}"
+            out[batch] = parse_journal(self._files.read(rel) or "", f"{self._files.location}/{rel}")
+        return out
+
+    def add_jump(self, batch_id: int, ranges: list[Piece]) -> None:
+        self._files.write(f"{_JUMPS}/{batch_id}", render_journal(ranges), replace=True)
+        self.jumps[batch_id] = ranges
+
+    def chunk(self, batch_id: int, budget: int | None) -> list[Piece]:
+        """Batch ``batch_id``'s chunk, journalled before the first read of it."""
+        pieces = chunk_for(batch_id, self.jumps, self.chunks, budget)
+        if pieces and batch_id not in self.chunks:
+            self._files.write(f"{_CHUNKS}/{batch_id}", render_journal(pieces), replace=True)
+            self.chunks[batch_id] = pieces
+        return pieces
+
+    def owed(self) -> int:
+        """Offsets the journalled ranges still owe after every journalled chunk."""
+        ranges = [r for rs in self.jumps.values() for r in rs]
+        return sum(map(len, pending(ranges, [c for cs in self.chunks.values() for c in cs])))
+
+
+def _offsets_json(pieces: list[Piece], attr: str) -> str:
+    return render_kafka_offsets({p.key: int(getattr(p, attr)) for p in pieces})
+
+
+class _Batches:
+    """The foreachBatch function: the batch's live records, its backfill chunk, the user's function."""
+
+    def __init__(
+        self,
+        spark: Any,
+        opts: SourceOptions,
+        kafka_options: Mapping[str, str],
+        files: _Checkpoint,
+        journal: _Journal,
+        process: Callable[[Any, int], None],
+    ) -> None:
+        self._spark = spark
+        self._opts = opts
+        self._kafka_options = dict(kafka_options)
+        self._files = files
+        self._journal = journal
+        self._process = process
+        self._ends: dict[int, dict[TopicPartitionKey, int]] = {}
+
+    def __call__(self, live: Any, batch_id: int) -> None:
+        for old in [b for b in self._ends if b < batch_id - 1]:
+            del self._ends[old]  # batches run in order: only the previous batch's end is needed again
+        trace(f"kafka-stream batch {batch_id}")
+        chunk = self._journal.chunk(batch_id, self._opts.max_backfill)
+        if not chunk and not self._has_live(batch_id):
+            return  # a tick of the idle source alone: nothing for the user's function
+        trace(f"kafka-stream batch {batch_id}: chunk of {sum(map(len, chunk))} offsets")
+        from pyspark.sql import functions as F
+
+        frames = [live.where(F.col("topic").isNotNull()).withColumn("backfill", F.lit(False))]
+        if chunk:
+            frames.append(self.read(chunk, backfill=True))
+        self._process(reduce(lambda a, b: a.unionByName(b), frames), batch_id)
+        trace(f"kafka-stream batch {batch_id}: processed")
+
+    def _has_live(self, batch_id: int) -> bool:
+        """Whether Spark's Kafka source moved between the previous batch and this one (offset log)."""
+        end = self.kafka_end(batch_id)
+        before = self._ends.get(batch_id - 1) if batch_id > 0 else {}
+        if before is None:
+            before = self.kafka_end(batch_id - 1)
+        return end != before
+
+    def kafka_end(self, batch_id: int) -> dict[TopicPartitionKey, int]:
+        if batch_id not in self._ends:
+            entry = _offset_entry(self._files, batch_id)
+            where = f"{self._files.location}/offsets/{batch_id}"
+            text = entry.sources[_kafka_index(entry, where)]
+            self._ends[batch_id] = {} if text == NO_OFFSET else kafka_offsets(text, where)
+        return self._ends[batch_id]
+
+    def read(self, pieces: list[Piece], *, backfill: bool) -> Any:
+        """Exactly ``pieces`` with Spark's batch Kafka reader, one read per layer of one range per partition."""
+        from pyspark.sql import functions as F
+
+        frames = []
+        for layer in layers(pieces):
+            reader = self._spark.read.format("kafka")
+            for key, value in self._kafka_options.items():
+                reader = reader.option(key, value)
+            parts: dict[str, list[int]] = {}
+            for p in layer:
+                parts.setdefault(p.topic, []).append(p.partition)
+            reader = (
+                reader.option("assign", json.dumps(parts, sort_keys=True))
+                .option("startingOffsets", _offsets_json(layer, "start"))
+                .option("endingOffsets", _offsets_json(layer, "end"))
+                .option("failOnDataLoss", str(self._opts.fail_on_data_loss).lower())
+                .option("includeHeaders", str(self._opts.include_headers).lower())
+            )
+            tasks = task_count(layer, self._opts.backfill_tasks) if backfill else self._opts.min_partitions
+            if tasks is not None and tasks > len(layer):
+                reader = reader.option("minPartitions", str(tasks))
+            frames.append(reader.load().withColumn("backfill", F.lit(backfill)))
+        return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def _offset_entry(files: _Checkpoint, batch_id: int) -> OffsetLogEntry:
+    rel = f"offsets/{batch_id}"
+    text = files.read(rel)
+    if text is None:
+        raise CheckpointError(f"{files.location}/{rel} does not exist")
+    return parse_offset_log(text, f"{files.location}/{rel}")
+
+
+def _kafka_index(entry: OffsetLogEntry, where: str) -> int:
+    """Which source line is Kafka's: the query is Kafka's source unioned with the idle ticker (a number).
+
+    Anything else is a checkpoint of another query: jumping it would leave the lag in a journal that
+    query never reads, so it is refused before anything is written.
+    """
+    kafka = [i for i, text in enumerate(entry.sources) if text == NO_OFFSET or is_kafka_offset(text)]
+    ticker = [i for i, text in enumerate(entry.sources) if text == NO_OFFSET or text.isdigit()]
+    if len(entry.sources) != 2 or 0 not in kafka or 1 not in ticker:
+        raise CheckpointError(
+            f"{where}: sources {[t[:80] for t in entry.sources]!r} are not Kafka's and the idle ticker's; "
+            "this checkpoint was not created by start_kafka_stream"
+        )
+    return 0
+
+
+def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: SourceOptions) -> None:
+    """Before Spark starts: finish what a dead driver left half done, then jump over the lag."""
+    ids = files.batch_ids("offsets")
+    if not ids:
+        return  # a new query: Spark's source starts at startingOffsets
+    last = ids[-1]
+    if last not in files.batch_ids("commits"):
+        if last in journal.jumps:
+            _commit(files, last)  # a jump whose commit did not land: the batch is the jump, finish it
+        elif last == 0:
+            return  # Spark runs batch 0 itself: nothing precedes it to jump from
+        else:
+            _rerun(files, batches, last)
+    entry = _offset_entry(files, last)
+    where = f"{files.location}/offsets/{last}"
+    index = _kafka_index(entry, where)
+    if entry.sources[index] == NO_OFFSET:
+        return
+    committed = kafka_offsets(entry.sources[index], where)
+    from fastrecover.spark.kafka import LogView
+
+    view = LogView(opts.kafka, opts.read_timeout_s)
+    try:
+        ends = {k: b.high for k, b in view.bounds(committed).items()}
+    finally:
+        view.close()
+    ranges = lag_ranges(committed, ends, opts.min_lag)
+    if not ranges:
+        return
+    jump = last + 1
+    # The ranges first: once the jump batch exists, they are the only record of these offsets.
+    journal.add_jump(jump, ranges)
+    offsets = entry.with_source(index, render_kafka_offsets(jumped(committed, ranges)), int(time.time() * 1000))
+    files.write(f"offsets/{jump}", offsets.render())
+    _commit(files, jump)
+    log.info(
+        "query at %s restarted %d offsets behind: batch %d jumps to the log end, the lag is read in chunks",
+        files.location,
+        sum(map(len, ranges)),
+        jump,
+    )
+
+
+def _commit(files: _Checkpoint, batch_id: int) -> None:
+    previous = [b for b in files.batch_ids("commits") if b < batch_id]
+    text = files.read(f"commits/{previous[-1]}") if previous else None
+    files.write(f"commits/{batch_id}", text or _DEFAULT_COMMIT)
+
+
+def _rerun(files: _Checkpoint, batches: _Batches, batch_id: int) -> None:
+    """Run a batch Spark logged but did not commit, as Spark would have: same offsets, same chunk, same id."""
+    start, end = batches.kafka_end(batch_id - 1), batches.kafka_end(batch_id)
+    missing = [k for k in end if k not in start]
+    if missing:
+        from fastrecover.spark.kafka import LogView
+
+        view = LogView(batches._opts.kafka, batches._opts.read_timeout_s)
+        try:
+            lows = {k: b.low for k, b in view.bounds(missing).items()}
+        finally:
+            view.close()
+        start = {**start, **lows}  # a partition new in this batch: Spark's source read it from its log start
+    live = [Piece(k.topic, k.partition, start[k], end[k], False) for k in sorted(end) if end[k] > start[k]]
+    log.info("%s: batch %d was not committed; running it before the query starts", files.location, batch_id)
+    frame = batches.read(live, backfill=False) if live else None
+    chunk = batches._journal.chunk(batch_id, batches._opts.max_backfill)
+    if chunk:
+        backfill = batches.read(chunk, backfill=True)
+        frame = backfill if frame is None else frame.unionByName(backfill)
+    if frame is not None:
+        batches._process(frame, batch_id)
+    _commit(files, batch_id)
+
+
+def _kafka_reader_options(options: Mapping[str, str], location: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(options for Spark's streaming Kafka source, the ``kafka.*`` options for batch reads)."""
+    stream = {k: str(v) for k, v in options.items() if not str(k).lower().startswith(_OURS)}
+    client = {k: v for k, v in stream.items() if k.lower().startswith("kafka.")}
+    if not any(k.lower() == "kafka.group.id" for k in client):
+        # One group id for every backfill read of the query: Spark pools its executors' consumers by
+        # (group id, partition), so chunks reuse them (reads assign partitions; nothing joins or commits).
+        client["kafka.group.id"] = f"fastrecover-backfill-{hashlib.sha1(location.encode()).hexdigest()[:12]}"
+    return stream, client
+
+
+def _ticker(spark: Any, include_headers: bool) -> Any:
+    """One row a second in the Kafka source's schema, every column null: keeps batches coming while idle."""
+    from pyspark.sql import functions as F
+
+    cols = [
+        F.lit(None).cast("binary").alias("key"),
+        F.lit(None).cast("binary").alias("value"),
+        F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"),
+        F.col("timestamp"),
+        F.lit(None).cast("int").alias("timestampType"),
+    ]
+    if include_headers:
+        cols.append(F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"))
+    ticks = spark.readStream.format("rate").option("rowsPerSecond", _TICK_ROWS_PER_SECOND).option("numPartitions", "1")
+    return ticks.load().select(*cols)
+
+
+def start_kafka_stream(
+    spark: Any,
+    options: Mapping[str, str],
+    process: Callable[[Any, int], None],
+    checkpoint_location: str,
+    *,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+) -> Any:
+    """Start ``process`` over Spark's own Kafka source, with fast recovery after a restart.
+
+    ``options`` are those of Spark's Kafka source (``subscribe``,
+    ``subscribePattern``, ``assign``, ``startingOffsets``, ``maxOffsetsPerTrigger``,
+    ``minPartitions``, ``includeHeaders``, ``failOnDataLoss``, ``kafka.*`` ...), passed
+    to it unchanged, plus ``fastrecover.backfill.min.offsets``,
+    ``maxBackfillOffsetsPerTrigger`` and ``backfillTasks``.  ``process(df, batch_id)``
+    is called like a ``foreachBatch`` function with Spark's Kafka schema plus a
+    ``backfill`` column.  The checkpoint must be one this function created: the
+    recovery edits it before Spark starts (docs/spark.md).  Needs
+    ``spark-sql-kafka-0-10`` on the classpath.  Returns the StreamingQuery.
+
+    Raises:
+        ConfigError: a bad option; CheckpointError: a checkpoint file that is not what it should be.
+    """
+    if not checkpoint_location:
+        raise ConfigError("start_kafka_stream needs a checkpoint_location: recovery edits the query's checkpoint")
+    lowered = {str(k).lower(): str(v) for k, v in options.items()}
+    opts = parse_source_options(lowered, query_required=False)
+    stream_options, client_options = _kafka_reader_options(options, checkpoint_location)
+    files = _Checkpoint(spark, checkpoint_location)
+    journal = _Journal(files)
+    batches = _Batches(spark, opts, client_options, files, journal, process)
+    trace("kafka-stream recover")
+    _recover(files, batches, journal, opts)
+    trace("kafka-stream recovered")
+    owed = journal.owed()
+    if owed:
+        log.info("%s: %d backlog offsets still to read", checkpoint_location, owed)
+    reader = spark.readStream.format("kafka")
+    for key, value in stream_options.items():
+        reader = reader.option(key, value)
+    live = reader.load()
+    source = live.unionByName(_ticker(spark, opts.include_headers))
+    writer = source.writeStream.foreachBatch(batches).option("checkpointLocation", checkpoint_location)
+    writer = writer.trigger(**(dict(trigger) if trigger else {"processingTime": "0 seconds"}))
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()

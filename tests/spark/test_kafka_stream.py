@@ -1,0 +1,259 @@
+"""``fastrecover.spark.start_kafka_stream`` (Spark's own Kafka source, recovery by the driver), end to end:
+real Spark (local), real broker, a real checkpoint on disk."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from fastrecover.errors import CheckpointError
+from fastrecover.spark import start_kafka_stream
+from fastrecover.spark.checkpoint import parse_journal
+from fastrecover_tools.testing.broker import Record, produce
+from fastrecover_tools.testing.waiting import wait_for
+from tests.spark.helpers import Sink
+from tests.spark.test_jvm_stream import ParquetSink, _produce_many
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+TRIGGER = {"processingTime": "100 milliseconds"}
+
+
+def _log_end(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kafka-stream-check"})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def _wait(query: Any, what: Any, timeout: float, message: str) -> None:
+    def ready() -> bool:
+        if query.exception() is not None:
+            raise AssertionError(f"query failed: {query.exception()}")
+        return bool(what())
+
+    wait_for(ready, timeout, 0.1, message)
+
+
+def _options(bootstrap: str, topic: str, **extra: str) -> dict[str, str]:
+    return {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "fastrecover.backfill.min.offsets": "100",
+        **extra,
+    }
+
+
+def _kinds(sink: Sink, batches: set[int] | None = None) -> Counter[str]:
+    return Counter(r.value[:1] for b, rows in sink.batches() if batches is None or b in batches for r in rows)
+
+
+def test_a_restart_jumps_to_the_log_end_and_the_lag_drains_in_chunks_while_the_topic_is_idle(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+) -> None:
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="700", backfillTasks="3")
+    produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(10)])
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: _kinds(sink)["W"] >= 10, 120, "the warm-up records")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    before = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+    # Downtime: 2,000 records of lag; then the restart, and a handful of fresh records, then silence.
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(2000)])
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        produce(bootstrap, topic, [Record(b"F%d" % i, partition=i % 2) for i in range(4)])
+        # No record is produced from here on: the idle ticker keeps batches, and the chunks, coming.
+        _wait(query, lambda: _kinds(sink)["L"] >= 2000 and _kinds(sink)["F"] >= 4, 180, "the lag and fresh records")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+    after = [(b, rows) for b, rows in sink.batches() if b > before]
+    jump = before + 1
+    assert (checkpoint / "fastrecover" / "jumps" / str(jump)).exists()
+    assert all(b > jump for b, _ in after)  # the jump batch itself never reaches the user's function
+    # The first batch after the jump reads no chunk (fresh records, when they came in time, go first); the lag
+    # comes as backfill from the next batch on, 700 offsets per batch at most.
+    assert not any(r.backfill for b, rows in after if b == jump + 1 for r in rows)
+    assert not (checkpoint / "fastrecover" / "chunks" / str(jump + 1)).exists()
+    lag_rows = [r for _, rows in after for r in rows if r.value.startswith("L")]
+    assert all(r.backfill for r in lag_rows) and not any(
+        r.backfill for _, rows in after for r in rows if r.value[0] != "L"
+    )
+    per_batch = [sum(r.backfill for r in rows) for _, rows in after]
+    assert max(per_batch) <= 700 and sum(1 for n in per_batch if n) == 3  # 2,000 at 700 per trigger
+    # No ticker row reaches the user; every offset of the log once over both runs.
+    rows = sink.rows()
+    assert all(r.value for r in rows)
+    ends = _log_end(bootstrap, topic, 2)
+    assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p in (0, 1) for o in range(ends[p])]
+    # The journal: the chunks are the jump's ranges, cut in order.
+    ranges = parse_journal((checkpoint / "fastrecover" / "jumps" / str(jump)).read_text(), "jumps")
+    chunks = [
+        p
+        for f in sorted((checkpoint / "fastrecover" / "chunks").iterdir(), key=lambda f: f.name)
+        if f.name.isdigit()
+        for p in parse_journal(f.read_text(), f.name)
+    ]
+    assert {(r.partition, r.start, r.end) for r in ranges} == {(0, 5, 1005), (1, 5, 1005)}
+    assert sum(len(c) for c in chunks) == 2000
+
+
+def test_a_batch_left_uncommitted_runs_again_with_the_same_records_before_the_jump(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+) -> None:
+    """The driver died inside the user's function of a batch carrying live records and a chunk."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="300")
+    produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: _kinds(sink)["W"] >= 4, 120, "the warm-up records")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(1000)])
+    # The restart jumps at the next batch id; the batch after the next one reads the first chunk, and fails
+    # (once): the query stops with that batch uncommitted.
+    jump = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit()) + 1
+    sink.fail_batches.add(jump + 2)
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        produce(bootstrap, topic, [Record(b"F0", partition=0)])
+        wait_for(lambda: query.exception() is not None, 180, 0.1, "the failing batch to stop the query")
+    finally:
+        query.stop()
+    failed = jump + 2
+    first_attempt = sorted((r.partition, r.offset) for b, rows in sink.batches() if b == failed for r in rows)
+    assert first_attempt and not (checkpoint / "commits" / str(failed)).exists()
+    produce(bootstrap, topic, [Record(b"M%d" % i, partition=i % 2) for i in range(500)])  # more downtime
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
+        _wait(query, lambda: _kinds(sink)["M"] >= 500 and _kinds(sink)["G"] >= 2, 180, "everything")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    attempts = [sorted((r.partition, r.offset) for r in rows) for b, rows in sink.batches() if b == failed]
+    assert attempts == [first_attempt, first_attempt]  # the rerun read exactly what the failed attempt read
+    # A second jump (the 500 records of the second downtime) and the first's remaining chunks both drained.
+    assert len([f for f in (checkpoint / "fastrecover" / "jumps").iterdir() if f.name.isdigit()]) == 2
+    delivered = [(r.partition, r.offset) for b, rows in sink.batches() if b != failed for r in rows] + first_attempt
+    ends = _log_end(bootstrap, topic, 2)
+    assert sorted(delivered) == [(p, o) for p in (0, 1) for o in range(ends[p])]
+
+
+def test_includeheaders_assign_and_a_new_query_start_as_spark_s_source(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=2)
+    produce(
+        bootstrap,
+        topic,
+        [Record(b"v%d" % i, partition=i % 2, headers=[("h", b"%d" % i)]) for i in range(10)],
+    )
+    seen: list[tuple[int, int, list[tuple[str, bytes]]]] = []
+    lock = threading.Lock()
+
+    def collect(df: Any, _batch_id: int) -> None:
+        rows = df.collect()
+        with lock:
+            seen.extend((r.partition, r.offset, [(h.key, bytes(h.value)) for h in r.headers]) for r in rows)
+
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "assign": json.dumps({topic: [1]}),
+        "startingOffsets": json.dumps({topic: {"1": 2}}),
+        "includeHeaders": "true",
+    }
+    query = start_kafka_stream(spark, options, collect, str(tmp_path / "ck"), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: len(seen) >= 3, 120, "partition 1 from offset 2")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    # Partition 1 only, from offset 2; its records are i = 1, 3, 5, 7, 9 at offsets 0..4.
+    assert sorted(seen) == [(1, o, [("h", b"%d" % (2 * o + 1))]) for o in range(2, 5)]
+
+
+LAG = 1_000_000
+
+
+def test_a_restart_with_a_1m_lag_delivers_fresh_records_first_and_the_lag_once(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    sink = ParquetSink(tmp_path / "out")
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="400000", backfillTasks="3")
+    produce(bootstrap, topic, [Record(b"W", partition=p) for p in (0, 1) for _ in range(5)])
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: sink.seen("W") >= 10, 120, "the warm-up records")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    before = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+    _produce_many(bootstrap, topic, LAG, 2, b"L")
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        produce(bootstrap, topic, [Record(b"F", partition=p) for p in (0, 1)])
+        _wait(query, lambda: sink.seen("L") >= LAG and sink.seen("F") >= 2, 600, "the lag and the fresh records")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = spark.read.parquet(sink.path)
+    after = rows.where(F.col("batch") > before)
+    # Fresh records produced after the restart are never backfill; the first batch after the jump reads no chunk.
+    assert after.where("kind = 'F' and backfill").count() == 0
+    assert after.where(F.col("batch") == before + 2).where("backfill").count() == 0
+    assert after.where("kind = 'L' and backfill").count() == LAG
+    assert after.where("kind = 'L' and not backfill").count() == 0
+    totals = rows.agg(F.count(F.lit(1)).alias("n"), F.countDistinct("partition", "offset").alias("d")).first()
+    ends = _log_end(bootstrap, topic, 2)
+    assert totals is not None and totals["n"] == totals["d"] == sum(ends.values())
+    chunk_batches = after.where("backfill").select("batch").distinct().count()
+    assert chunk_batches == 3  # 1M at 400k per trigger
+
+
+def test_a_checkpoint_of_another_query_is_refused_and_left_as_it_was(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Jumping a plain Kafka query's checkpoint would leave its lag in a journal that query never reads."""
+    topic = topic_factory(partitions=1)
+    checkpoint = tmp_path / "plain"
+    produce(bootstrap, topic, [Record(b"W%d" % i) for i in range(3)])
+    plain = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.foreachBatch(lambda _df, _id: None)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    plain.awaitTermination(120)
+    assert plain.exception() is None
+    produce(bootstrap, topic, [Record(b"L%d" % i) for i in range(500)])
+    before = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*"))
+    with pytest.raises(CheckpointError, match="not created by start_kafka_stream"):
+        start_kafka_stream(spark, _options(bootstrap, topic), lambda _df, _id: None, str(checkpoint))
+    assert sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*")) == before
