@@ -99,6 +99,9 @@ class _Checkpoint:
         finally:
             stream.close()
 
+    def delete(self, rel: str) -> None:
+        self._fs.delete(self._path(rel), False)
+
     def write(self, rel: str, text: str, *, replace: bool = False) -> None:
         """Write ``rel`` whole or not at all: a temporary file, then a rename (what Spark's logs do too)."""
         final = self._path(rel)
@@ -132,6 +135,25 @@ class _Journal:
             rel = f"{directory}/{batch}"
             out[batch] = parse_journal(self._files.read(rel) or "", f"{self._files.location}/{rel}")
         return out
+
+    def forget(self, directory: str, batch_ids: list[int]) -> None:
+        entries = self.jumps if directory == _JUMPS else self.chunks
+        for batch in batch_ids:
+            self._files.delete(f"{directory}/{batch}")
+            entries.pop(batch, None)
+
+    def tidy(self, last: int) -> None:
+        """Drop entries no batch will read: those after ``last`` (a jump whose batch was never written),
+        and, once everything journalled is read, the whole journal up to ``last``.
+
+        Jumps go first: chunks without their ranges owe nothing, ranges without their chunks would be read
+        again, so a crash between the two deletions must find the ranges gone.
+        """
+        for directory, entries in ((_JUMPS, self.jumps), (_CHUNKS, self.chunks)):
+            self.forget(directory, [b for b in entries if b > last])
+        if self.owed() == 0:
+            for directory, entries in ((_JUMPS, self.jumps), (_CHUNKS, self.chunks)):
+                self.forget(directory, [b for b in entries if b <= last])
 
     def add_jump(self, batch_id: int, ranges: list[Piece]) -> None:
         self._files.write(f"{_JUMPS}/{batch_id}", render_journal(ranges), replace=True)
@@ -264,12 +286,16 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
         return  # a new query: Spark's source starts at startingOffsets
     last = ids[-1]
     if last not in files.batch_ids("commits"):
-        if last in journal.jumps:
+        if last in journal.jumps and batches.kafka_end(last) == jumped(
+            batches.kafka_end(last - 1), journal.jumps[last]
+        ):
             _commit(files, last)  # a jump whose commit did not land: the batch is the jump, finish it
         elif last == 0:
             return  # Spark runs batch 0 itself: nothing precedes it to jump from
         else:
+            journal.forget(_JUMPS, [last])  # a journal entry whose jump never happened: not this batch's
             _rerun(files, batches, last)
+    journal.tidy(last)
     entry = _offset_entry(files, last)
     where = f"{files.location}/offsets/{last}"
     index = _kafka_index(entry, where)

@@ -257,3 +257,50 @@ def test_a_checkpoint_of_another_query_is_refused_and_left_as_it_was(
     with pytest.raises(CheckpointError, match="not created by start_kafka_stream"):
         start_kafka_stream(spark, _options(bootstrap, topic), lambda _df, _id: None, str(checkpoint))
     assert sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*")) == before
+
+
+def test_a_jump_cut_short_by_a_crash_is_redone_or_finished_and_nothing_is_lost(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+) -> None:
+    """The two crash windows of a jump: after its journal entry, and after its offset log entry."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    jumps = checkpoint / "fastrecover" / "jumps"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="100000")
+
+    def last_batch() -> int:
+        return max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+
+    def run(until: Any, what: str) -> None:
+        query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+        try:
+            _wait(query, until, 180, what)
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
+    run(lambda: _kinds(sink)["W"] >= 4, "the warm-up records")
+    # 1. The driver died right after journalling a jump: the entry names ranges no batch skipped.
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(400)])
+    stale = last_batch() + 1
+    jumps.mkdir(parents=True, exist_ok=True)
+    (jumps / str(stale)).write_text(json.dumps({"version": 1, "ranges": [[topic, 0, 0, 3]]}))
+    run(lambda: _kinds(sink)["L"] >= 400, "the lag after a half-written jump")
+    redone = parse_journal((jumps / str(stale)).read_text(), "jumps")
+    assert {(p.partition, p.start, p.end) for p in redone} == {(0, 2, 202), (1, 2, 202)}
+    # 2. The driver died after the jump's offset log entry, before its commit entry.
+    produce(bootstrap, topic, [Record(b"M%d" % i, partition=i % 2) for i in range(400)])
+    jump = last_batch() + 1
+    # A trigger that does not come back: the first one finds no new record (the lag is behind the jump, the
+    # ticker has no row yet), so the checkpoint ends at the jump.
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "1 hour"})
+    query.stop()
+    assert last_batch() == jump and (jumps / str(jump)).exists()
+    (checkpoint / "commits" / str(jump)).unlink()
+    (checkpoint / "commits" / f".{jump}.crc").unlink(missing_ok=True)
+    produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
+    run(lambda: _kinds(sink)["M"] >= 400 and _kinds(sink)["G"] >= 2, "the lag after a half-written jump commit")
+    assert (checkpoint / "commits" / str(jump)).exists()
+    ends = _log_end(bootstrap, topic, 2)
+    assert sorted((r.partition, r.offset) for r in sink.rows()) == [(p, o) for p in (0, 1) for o in range(ends[p])]
