@@ -304,3 +304,29 @@ def test_a_jump_cut_short_by_a_crash_is_redone_or_finished_and_nothing_is_lost(
     assert (checkpoint / "commits" / str(jump)).exists()
     ends = _log_end(bootstrap, topic, 2)
     assert sorted((r.partition, r.offset) for r in sink.rows()) == [(p, o) for p in (0, 1) for o in range(ends[p])]
+
+
+def test_spark_s_own_options_pass_through_subscribepattern_and_maxoffsetspertrigger(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+) -> None:
+    """Options are Spark's source's, unchanged: a Java pattern over two topics, batches capped at 8 offsets."""
+    first, second = topic_factory(partitions=2), topic_factory(partitions=1)
+    pattern = first[: first.rindex("-")] + "-.*"  # both topics are named after this test (no dots)
+    for t in (first, second):
+        produce(bootstrap, t, [Record(b"%s-%d" % (t.encode(), i)) for i in range(30)])
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribePattern": pattern,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "8",
+        "minPartitions": "3",
+    }
+    query = start_kafka_stream(spark, options, sink, str(tmp_path / "ck"), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: sink.count() >= 60, 180, "both topics")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    per_batch = [len(rows) for _, rows in sink.batches() if rows]
+    assert max(per_batch) <= 8 and sum(per_batch) == 60
+    assert Counter(r.value.rsplit("-", 1)[0] for r in sink.rows()) == {first: 30, second: 30}
