@@ -30,10 +30,10 @@ carries neither Kafka records nor a chunk is not passed to the user's function.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import reduce
 from typing import Any
 
@@ -49,7 +49,7 @@ from fastrecover.spark.checkpoint import (
     render_kafka_offsets,
 )
 from fastrecover.spark.jump import chunk_for, jumped, lag_ranges, pending, task_count
-from fastrecover.spark.jvm import layers
+from fastrecover.spark.jvm import read_ranges
 from fastrecover.spark.offsets import Piece
 from fastrecover.spark.options import SourceOptions, parse_source_options
 from fastrecover.spark.source import trace
@@ -173,10 +173,6 @@ class _Journal:
         return sum(map(len, pending(ranges, [c for cs in self.chunks.values() for c in cs])))
 
 
-def _offsets_json(pieces: list[Piece], attr: str) -> str:
-    return render_kafka_offsets({p.key: int(getattr(p, attr)) for p in pieces})
-
-
 class _Batches:
     """The foreachBatch function: the batch's live records, its backfill chunk, the user's function."""
 
@@ -231,28 +227,13 @@ class _Batches:
         return self._ends[batch_id]
 
     def read(self, pieces: list[Piece], *, backfill: bool) -> Any:
-        """Exactly ``pieces`` with Spark's batch Kafka reader, one read per layer of one range per partition."""
-        from pyspark.sql import functions as F
+        """Exactly ``pieces`` (all live or all backfill) with Spark's batch Kafka reader, unioned."""
+        marked = [replace(p, backfill=backfill) for p in pieces]
 
-        frames = []
-        for layer in layers(pieces):
-            reader = self._reading_session().read.format("kafka")
-            for key, value in self._kafka_options.items():
-                reader = reader.option(key, value)
-            parts: dict[str, list[int]] = {}
-            for p in layer:
-                parts.setdefault(p.topic, []).append(p.partition)
-            reader = (
-                reader.option("assign", json.dumps(parts, sort_keys=True))
-                .option("startingOffsets", _offsets_json(layer, "start"))
-                .option("endingOffsets", _offsets_json(layer, "end"))
-                .option("failOnDataLoss", str(self._opts.fail_on_data_loss).lower())
-                .option("includeHeaders", str(self._opts.include_headers).lower())
-            )
-            tasks = task_count(layer, self._opts.backfill_tasks) if backfill else self._opts.min_partitions
-            if tasks is not None and tasks > len(layer):
-                reader = reader.option("minPartitions", str(tasks))
-            frames.append(reader.load().withColumn("backfill", F.lit(backfill)))
+        def tasks(layer: Sequence[Piece]) -> int | None:
+            return task_count(layer, self._opts.backfill_tasks) if backfill else self._opts.min_partitions
+
+        frames = read_ranges(self._reading_session(), marked, self._kafka_options, self._opts, tasks)
         return reduce(lambda a, b: a.unionByName(b), frames)
 
     def _reading_session(self) -> Any:

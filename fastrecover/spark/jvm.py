@@ -33,7 +33,7 @@ from fastrecover.spark.source import source_schema, trace
 
 log = logging.getLogger("fastrecover.spark")
 
-__all__ = ["connector_package", "layers", "start_stream"]
+__all__ = ["connector_package", "layers", "read_ranges", "start_stream"]
 
 #: PySpark releases whose spark-sql-kafka-0-10 is not on Maven Central (checked 2026-11-22 with
 #: ``mvn dependency:get``) -> the newest published connector, which runs on them.
@@ -162,32 +162,51 @@ class _BatchReader:
     # -- reading ------------------------------------------------------------------------------
 
     def _records(self, pieces: Sequence[Piece]) -> Any:
-        from pyspark.sql import functions as F
+        def tasks(layer: Sequence[Piece]) -> int | None:
+            return self._opts.backfill_tasks if layer[0].backfill else self._opts.min_partitions
 
-        frames = []
-        for layer in layers(pieces):
-            backfill = layer[0].backfill
-            reader = self._spark.read.format("kafka")
-            for key, value in self._opts.kafka.items():
-                reader = reader.option(f"kafka.{key}", value)
-            reader = (
-                # One group id for every batch of the query: Spark pools its executors' consumers by
-                # (group id, partition), so batches reuse them instead of creating consumers per batch
-                # (reads assign partitions; nothing joins the group or commits).
-                reader.option("kafka.group.id", f"fastrecover-spark-{self._opts.query}")
-                .option("assign", _assign_json(layer))
-                .option("startingOffsets", _offsets_json(layer, "start"))
-                .option("endingOffsets", _offsets_json(layer, "end"))
-                .option("failOnDataLoss", str(self._opts.fail_on_data_loss).lower())
-                .option("includeHeaders", str(self._opts.include_headers).lower())
-            )
-            tasks = self._opts.backfill_tasks if backfill else self._opts.min_partitions
-            if tasks is not None and tasks > len(layer):
-                reader = reader.option("minPartitions", str(tasks))
-            frames.append(reader.load().withColumn("backfill", F.lit(backfill)))
+        # One group id for every batch of the query: Spark pools its executors' consumers by (group id,
+        # partition), so batches reuse them instead of creating consumers per batch (reads assign
+        # partitions; nothing joins the group or commits).
+        client = {f"kafka.{k}": v for k, v in self._opts.kafka.items()}
+        client["kafka.group.id"] = f"fastrecover-spark-{self._opts.query}"
+        frames = read_ranges(self._spark, pieces, client, self._opts, tasks)
         if not frames:
             return self._spark.createDataFrame([], source_schema(self._opts.include_headers))
         return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def read_ranges(
+    session: Any,
+    pieces: Sequence[Piece],
+    client: Mapping[str, str],
+    opts: SourceOptions,
+    tasks: Callable[[Sequence[Piece]], int | None],
+) -> list[Any]:
+    """Exactly ``pieces`` with Spark's batch Kafka reader: one DataFrame per layer, with a ``backfill`` column.
+
+    ``client`` holds the ``kafka.*`` options as Spark's reader takes them; ``tasks(layer)`` is the
+    ``minPartitions`` of a layer (None: one task per range).
+    """
+    from pyspark.sql import functions as F
+
+    frames = []
+    for layer in layers(pieces):
+        reader = session.read.format("kafka")
+        for key, value in client.items():
+            reader = reader.option(key, value)
+        reader = (
+            reader.option("assign", _assign_json(layer))
+            .option("startingOffsets", _offsets_json(layer, "start"))
+            .option("endingOffsets", _offsets_json(layer, "end"))
+            .option("failOnDataLoss", str(opts.fail_on_data_loss).lower())
+            .option("includeHeaders", str(opts.include_headers).lower())
+        )
+        wanted = tasks(layer)
+        if wanted is not None and wanted > len(layer):
+            reader = reader.option("minPartitions", str(wanted))
+        frames.append(reader.load().withColumn("backfill", F.lit(layer[0].backfill)))
+    return frames
 
 
 def start_stream(
