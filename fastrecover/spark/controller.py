@@ -49,7 +49,7 @@ from fastrecover.spark.checkpoint import (
     render_kafka_offsets,
 )
 from fastrecover.spark.jump import chunk_for, jumped, lag_ranges, pending, task_count
-from fastrecover.spark.jvm import read_ranges
+from fastrecover.spark.jvm import read_ranges, start_foreach_batch
 from fastrecover.spark.offsets import Piece
 from fastrecover.spark.options import SourceOptions, parse_source_options
 from fastrecover.spark.source import trace
@@ -204,11 +204,29 @@ class _Batches:
         trace(f"kafka-stream batch {batch_id}: chunk of {sum(map(len, chunk))} offsets")
         from pyspark.sql import functions as F
 
-        frames = [live.where(F.col("topic").isNotNull()).withColumn("backfill", F.lit(False))]
+        self._deliver(batch_id, [live.where(F.col("topic").isNotNull()).withColumn("backfill", F.lit(False))], chunk)
+        trace(f"kafka-stream batch {batch_id}: processed")
+
+    def rerun(self, batch_id: int) -> None:
+        """Run a batch Spark logged but did not commit, as Spark would have: same offsets, chunk and id."""
+        start, end = self.kafka_end(batch_id - 1), self.kafka_end(batch_id)
+        missing = [k for k in end if k not in start]
+        if missing:  # a partition new in this batch: Spark's source read it from its log start
+            start = {**start, **{k: b.low for k, b in _bounds(self._opts, missing).items()}}
+        live = [Piece(k.topic, k.partition, start[k], end[k], False) for k in sorted(end) if end[k] > start[k]]
+        log.info("%s: batch %d was not committed; running it before the query starts", self._files.location, batch_id)
+        self._deliver(
+            batch_id,
+            [self.read(live, backfill=False)] if live else [],
+            self._journal.chunk(batch_id, self._opts.max_backfill),
+        )
+
+    def _deliver(self, batch_id: int, frames: list[Any], chunk: list[Piece]) -> None:
+        """The user's function over the batch's live frames and its chunk (nothing to read: not called)."""
         if chunk:
             frames.append(self.read(chunk, backfill=True))
-        self._process(reduce(lambda a, b: a.unionByName(b), frames), batch_id)
-        trace(f"kafka-stream batch {batch_id}: processed")
+        if frames:
+            self._process(reduce(lambda a, b: a.unionByName(b), frames), batch_id)
 
     def _has_live(self, batch_id: int) -> bool:
         """Whether Spark's Kafka source moved between the previous batch and this one (offset log)."""
@@ -220,10 +238,7 @@ class _Batches:
 
     def kafka_end(self, batch_id: int) -> dict[TopicPartitionKey, int]:
         if batch_id not in self._ends:
-            entry = _offset_entry(self._files, batch_id)
-            where = f"{self._files.location}/offsets/{batch_id}"
-            text = entry.sources[_kafka_index(entry, where)]
-            self._ends[batch_id] = {} if text == NO_OFFSET else kafka_offsets(text, where)
+            self._ends[batch_id] = _kafka_end(*_offset_entry(self._files, batch_id))
         return self._ends[batch_id]
 
     def read(self, pieces: list[Piece], *, backfill: bool) -> Any:
@@ -252,28 +267,44 @@ class _Batches:
         return self._reader
 
 
-def _offset_entry(files: _Checkpoint, batch_id: int) -> OffsetLogEntry:
-    rel = f"offsets/{batch_id}"
-    text = files.read(rel)
+def _offset_entry(files: _Checkpoint, batch_id: int) -> tuple[OffsetLogEntry, str]:
+    """Spark's ``offsets/<batch_id>`` and its path (for messages)."""
+    where = f"{files.location}/offsets/{batch_id}"
+    text = files.read(f"offsets/{batch_id}")
     if text is None:
-        raise CheckpointError(f"{files.location}/{rel} does not exist")
-    return parse_offset_log(text, f"{files.location}/{rel}")
+        raise CheckpointError(f"{where} does not exist")
+    return parse_offset_log(text, where), where
 
 
-def _kafka_index(entry: OffsetLogEntry, where: str) -> int:
-    """Which source line is Kafka's: the query is Kafka's source unioned with the idle ticker (a number).
+#: the query is Kafka's source unioned with the idle ticker: Kafka's is the first source line
+_KAFKA = 0
 
-    Anything else is a checkpoint of another query: jumping it would leave the lag in a journal that
-    query never reads, so it is refused before anything is written.
+
+def _kafka_end(entry: OffsetLogEntry, where: str) -> dict[TopicPartitionKey, int]:
+    """The Kafka source's end offsets in an entry of this query's offset log (empty: none yet).
+
+    An entry whose sources are not Kafka's and the idle ticker's (a number) belongs to another query:
+    jumping it would leave the lag in a journal that query never reads, so it is refused before anything
+    is written.
     """
-    kafka = [i for i, text in enumerate(entry.sources) if text == NO_OFFSET or is_kafka_offset(text)]
-    ticker = [i for i, text in enumerate(entry.sources) if text == NO_OFFSET or text.isdigit()]
-    if len(entry.sources) != 2 or 0 not in kafka or 1 not in ticker:
+    kafka, ticker = entry.sources if len(entry.sources) == 2 else ("", "")
+    if not (kafka == NO_OFFSET or is_kafka_offset(kafka)) or not (ticker == NO_OFFSET or ticker.isdigit()):
         raise CheckpointError(
             f"{where}: sources {[t[:80] for t in entry.sources]!r} are not Kafka's and the idle ticker's; "
             "this checkpoint was not created by start_kafka_stream"
         )
-    return 0
+    return {} if kafka == NO_OFFSET else kafka_offsets(kafka, where)
+
+
+def _bounds(opts: SourceOptions, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, Any]:
+    """Log start and end of ``keys``, read with a client that lives only for this call."""
+    from fastrecover.spark.kafka import LogView
+
+    view = LogView(opts.kafka, opts.read_timeout_s)
+    try:
+        return view.bounds(keys)
+    finally:
+        view.close()
 
 
 def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: SourceOptions) -> None:
@@ -291,28 +322,19 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
             return  # Spark runs batch 0 itself: nothing precedes it to jump from
         else:
             journal.forget(_JUMPS, [last])  # a journal entry whose jump never happened: not this batch's
-            _rerun(files, batches, last)
+            batches.rerun(last)
+            _commit(files, last)
     journal.tidy(last)
-    entry = _offset_entry(files, last)
-    where = f"{files.location}/offsets/{last}"
-    index = _kafka_index(entry, where)
-    if entry.sources[index] == NO_OFFSET:
-        return
-    committed = kafka_offsets(entry.sources[index], where)
-    from fastrecover.spark.kafka import LogView
-
-    view = LogView(opts.kafka, opts.read_timeout_s)
-    try:
-        ends = {k: b.high for k, b in view.bounds(committed).items()}
-    finally:
-        view.close()
+    entry, where = _offset_entry(files, last)
+    committed = _kafka_end(entry, where)
+    ends = {k: b.high for k, b in _bounds(opts, list(committed)).items()} if committed else {}
     ranges = lag_ranges(committed, ends, opts.min_lag)
     if not ranges:
         return
     jump = last + 1
     # The ranges first: once the jump batch exists, they are the only record of these offsets.
     journal.add_jump(jump, ranges)
-    offsets = entry.with_source(index, render_kafka_offsets(jumped(committed, ranges)), int(time.time() * 1000))
+    offsets = entry.with_source(_KAFKA, render_kafka_offsets(jumped(committed, ranges)), int(time.time() * 1000))
     files.write(f"offsets/{jump}", offsets.render())
     _commit(files, jump)
     log.info(
@@ -327,31 +349,6 @@ def _commit(files: _Checkpoint, batch_id: int) -> None:
     previous = [b for b in files.batch_ids("commits") if b < batch_id]
     text = files.read(f"commits/{previous[-1]}") if previous else None
     files.write(f"commits/{batch_id}", text or _DEFAULT_COMMIT)
-
-
-def _rerun(files: _Checkpoint, batches: _Batches, batch_id: int) -> None:
-    """Run a batch Spark logged but did not commit, as Spark would have: same offsets, same chunk, same id."""
-    start, end = batches.kafka_end(batch_id - 1), batches.kafka_end(batch_id)
-    missing = [k for k in end if k not in start]
-    if missing:
-        from fastrecover.spark.kafka import LogView
-
-        view = LogView(batches._opts.kafka, batches._opts.read_timeout_s)
-        try:
-            lows = {k: b.low for k, b in view.bounds(missing).items()}
-        finally:
-            view.close()
-        start = {**start, **lows}  # a partition new in this batch: Spark's source read it from its log start
-    live = [Piece(k.topic, k.partition, start[k], end[k], False) for k in sorted(end) if end[k] > start[k]]
-    log.info("%s: batch %d was not committed; running it before the query starts", files.location, batch_id)
-    frame = batches.read(live, backfill=False) if live else None
-    chunk = batches._journal.chunk(batch_id, batches._opts.max_backfill)
-    if chunk:
-        backfill = batches.read(chunk, backfill=True)
-        frame = backfill if frame is None else frame.unionByName(backfill)
-    if frame is not None:
-        batches._process(frame, batch_id)
-    _commit(files, batch_id)
 
 
 def _kafka_reader_options(options: Mapping[str, str], location: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -427,8 +424,4 @@ def start_kafka_stream(
         reader = reader.option(key, value)
     live = reader.load()
     source = live.unionByName(_ticker(spark, opts.include_headers))
-    writer = source.writeStream.foreachBatch(batches).option("checkpointLocation", checkpoint_location)
-    writer = writer.trigger(**(dict(trigger) if trigger else {"processingTime": "0 seconds"}))
-    if query_name:
-        writer = writer.queryName(query_name)
-    return writer.start()
+    return start_foreach_batch(source, batches, checkpoint_location, trigger, query_name)

@@ -27,13 +27,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from fastrecover.errors import ConfigError, FastRecoverError
+from fastrecover.spark.checkpoint import render_kafka_offsets
 from fastrecover.spark.offsets import Piece, SourceOffset, batch_pieces
 from fastrecover.spark.options import SourceOptions, parse_source_options
 from fastrecover.spark.source import source_schema, trace
 
 log = logging.getLogger("fastrecover.spark")
 
-__all__ = ["connector_package", "layers", "read_ranges", "start_stream"]
+__all__ = ["connector_package", "layers", "read_ranges", "start_foreach_batch", "start_stream"]
 
 #: PySpark releases whose spark-sql-kafka-0-10 is not on Maven Central (checked 2026-11-22 with
 #: ``mvn dependency:get``) -> the newest published connector, which runs on them.
@@ -76,10 +77,7 @@ def layers(pieces: Sequence[Piece]) -> list[list[Piece]]:
 
 
 def _offsets_json(pieces: Sequence[Piece], attr: str) -> str:
-    doc: dict[str, dict[str, int]] = {}
-    for p in pieces:
-        doc.setdefault(p.topic, {})[str(p.partition)] = int(getattr(p, attr))
-    return json.dumps(doc, sort_keys=True)
+    return render_kafka_offsets({p.key: int(getattr(p, attr)) for p in pieces})
 
 
 def _assign_json(pieces: Sequence[Piece]) -> str:
@@ -232,13 +230,26 @@ def start_stream(
     planned = spark.readStream.format("fastrecover")
     for key, value in options.items():
         planned = planned.option(key, str(value))
-    writer = (
-        planned.load()
-        .writeStream.foreachBatch(_BatchReader(spark, opts, checkpoint_location, process))
-        .option("checkpointLocation", checkpoint_location)
+    trace("start")
+    return start_foreach_batch(
+        planned.load(),
+        _BatchReader(spark, opts, checkpoint_location, process),
+        checkpoint_location,
+        trigger,
+        query_name,
     )
+
+
+def start_foreach_batch(
+    df: Any,
+    function: Callable[[Any, int], None],
+    checkpoint_location: str,
+    trigger: Mapping[str, Any] | None,
+    query_name: str | None,
+) -> Any:
+    """Start ``df`` into a ``foreachBatch`` function: ``trigger`` as DataStreamWriter takes it (default: no pause)."""
+    writer = df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
     writer = writer.trigger(**(dict(trigger) if trigger else {"processingTime": "0 seconds"}))
     if query_name:
         writer = writer.queryName(query_name)
-    trace("start")
     return writer.start()

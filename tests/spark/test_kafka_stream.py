@@ -35,6 +35,11 @@ def _log_end(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         c.close()
 
 
+def _batch_ids(directory: Path) -> list[int]:
+    """The batch ids with a file in a checkpoint directory (checksum and temporary files skipped)."""
+    return [int(f.name) for f in directory.iterdir() if f.name.isdigit()]
+
+
 def _wait(query: Any, what: Any, timeout: float, message: str) -> None:
     def ready() -> bool:
         if query.exception() is not None:
@@ -71,7 +76,7 @@ def test_a_restart_jumps_to_the_log_end_and_the_lag_drains_in_chunks_while_the_t
         query.processAllAvailable()
     finally:
         query.stop()
-    before = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+    before = max(_batch_ids(checkpoint / "offsets"))
     # Downtime: 2,000 records of lag; then the restart, and a handful of fresh records, then silence.
     produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(2000)])
     query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
@@ -131,7 +136,7 @@ def test_a_batch_left_uncommitted_runs_again_with_the_same_records_before_the_ju
     produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(1000)])
     # The restart jumps at the next batch id; the batch after the next one reads the first chunk, and fails
     # (once): the query stops with that batch uncommitted.
-    jump = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit()) + 1
+    jump = max(_batch_ids(checkpoint / "offsets")) + 1
     sink.fail_batches.add(jump + 2)
     query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
     try:
@@ -153,7 +158,7 @@ def test_a_batch_left_uncommitted_runs_again_with_the_same_records_before_the_ju
     attempts = [sorted((r.partition, r.offset) for r in rows) for b, rows in sink.batches() if b == failed]
     assert attempts == [first_attempt, first_attempt]  # the rerun read exactly what the failed attempt read
     # A second jump (the 500 records of the second downtime) and the first's remaining chunks both drained.
-    assert len([f for f in (checkpoint / "fastrecover" / "jumps").iterdir() if f.name.isdigit()]) == 2
+    assert len(_batch_ids(checkpoint / "fastrecover" / "jumps")) == 2
     delivered = [(r.partition, r.offset) for b, rows in sink.batches() if b != failed for r in rows] + first_attempt
     ends = _log_end(bootstrap, topic, 2)
     assert sorted(delivered) == [(p, o) for p in (0, 1) for o in range(ends[p])]
@@ -209,7 +214,7 @@ def test_a_restart_with_a_1m_lag_delivers_fresh_records_first_and_the_lag_once(
         query.processAllAvailable()
     finally:
         query.stop()
-    before = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+    before = max(_batch_ids(checkpoint / "offsets"))
     _produce_many(bootstrap, topic, LAG, 2, b"L")
     query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
     try:
@@ -269,7 +274,7 @@ def test_a_jump_cut_short_by_a_crash_is_redone_or_finished_and_nothing_is_lost(
     options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="100000")
 
     def last_batch() -> int:
-        return max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+        return max(_batch_ids(checkpoint / "offsets"))
 
     def run(until: Any, what: str) -> None:
         query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
