@@ -33,11 +33,12 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import reduce
 from typing import Any
 
-from fastrecover.errors import CheckpointError, ConfigError
+from fastrecover.errors import BrokerUnavailableError, CheckpointError, ConfigError
 from fastrecover.spark.checkpoint import (
     NO_OFFSET,
     OffsetLogEntry,
@@ -64,30 +65,47 @@ _OURS = ("fastrecover.", "maxbackfilloffsetspertrigger", "backfilltasks", "fresh
 _JUMPS = "fastrecover/jumps"
 _CHUNKS = "fastrecover/chunks"
 _DEFAULT_COMMIT = 'v1\n{"nextBatchWatermarkMs":0}'
+#: start_kafka_stream's ``maxBackfillOffsetsPerTrigger`` when not given: every batch pays Spark's fixed cost
+#: and the sink's (about half a second with a trivial sink on 2 cores), so a lag read in small chunks drains
+#: at a fraction of Spark's rate; 5M offsets are 5-15 s of reading per batch on 2 cores, less on a cluster
+_DEFAULT_CHUNK = 5_000_000
 #: rows per second of the idle ticker: while the topic is idle, at most one batch a second drains the backlog
 _TICK_ROWS_PER_SECOND = "1"
 
 
 class _Checkpoint:
-    """The checkpoint's files through Hadoop's FileSystem (local, HDFS, object stores alike)."""
+    """The checkpoint's files through Hadoop's FileSystem (local, HDFS, object stores alike).
+
+    Every call here is a round trip to the JVM, on the path from ``start_kafka_stream`` to the first fresh
+    record: classes are looked up once (in a JVM view of their own), and a listing costs two calls per
+    file (Spark keeps 100 batches in each log by default: about 50 ms), so a restart lists one directory
+    of Spark's, the offset log, and probes single files elsewhere.
+    """
 
     def __init__(self, spark: Any, location: str) -> None:
-        jvm = spark.sparkContext._jvm
+        from py4j.java_gateway import java_import  # type: ignore[import-untyped]
+
+        jvm = spark.sparkContext._gateway.new_jvm_view()
+        for name in ("org.apache.hadoop.fs.*", "org.apache.commons.io.IOUtils"):
+            java_import(jvm, name)
         self._jvm = jvm
-        self._root = jvm.org.apache.hadoop.fs.Path(location)
+        self._root = jvm.Path(location)
         self._fs = self._root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         self.location = location.rstrip("/")
 
     def _path(self, rel: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(self._root, rel)
+        return self._jvm.Path(self._root, rel)
 
     def batch_ids(self, directory: str) -> list[int]:
         """The batch ids with a file in ``directory`` (temporary and checksum files skipped)."""
         path = self._path(directory)
         if not self._fs.exists(path):
             return []
-        names = [status.getPath().getName() for status in self._fs.listStatus(path)]
+        names = [str(p.getName()) for p in self._jvm.FileUtil.stat2Paths(self._fs.listStatus(path))]
         return sorted(int(n) for n in names if n.isascii() and n.isdigit())
+
+    def exists(self, rel: str) -> bool:
+        return bool(self._fs.exists(self._path(rel)))
 
     def read(self, rel: str) -> str | None:
         path = self._path(rel)
@@ -95,7 +113,7 @@ class _Checkpoint:
             return None
         stream = self._fs.open(path)
         try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            return str(self._jvm.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
 
@@ -109,7 +127,6 @@ class _Checkpoint:
         stream = self._fs.create(tmp, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))
-            stream.hflush()
         finally:
             stream.close()
         if self._fs.exists(final):
@@ -212,7 +229,7 @@ class _Batches:
         start, end = self.kafka_end(batch_id - 1), self.kafka_end(batch_id)
         missing = [k for k in end if k not in start]
         if missing:  # a partition new in this batch: Spark's source read it from its log start
-            start = {**start, **{k: b.low for k, b in _bounds(self._opts, missing).items()}}
+            start = {**start, **self.log_offsets(missing, earliest=True)}
         live = [Piece(k.topic, k.partition, start[k], end[k], False) for k in sorted(end) if end[k] > start[k]]
         log.info("%s: batch %d was not committed; running it before the query starts", self._files.location, batch_id)
         self._deliver(
@@ -235,6 +252,10 @@ class _Batches:
         if before is None:
             before = self.kafka_end(batch_id - 1)
         return end != before
+
+    def log_offsets(self, keys: list[TopicPartitionKey], *, earliest: bool) -> dict[TopicPartitionKey, int]:
+        """Log start or end of ``keys`` (:func:`_log_offsets`, with the query's ``kafka.*`` options)."""
+        return _log_offsets(self._spark, self._kafka_options, keys, self._opts.read_timeout_s, earliest=earliest)
 
     def kafka_end(self, batch_id: int) -> dict[TopicPartitionKey, int]:
         if batch_id not in self._ends:
@@ -296,15 +317,57 @@ def _kafka_end(entry: OffsetLogEntry, where: str) -> dict[TopicPartitionKey, int
     return {} if kafka == NO_OFFSET else kafka_offsets(kafka, where)
 
 
-def _bounds(opts: SourceOptions, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, Any]:
-    """Log start and end of ``keys``, read with a client that lives only for this call."""
-    from fastrecover.spark.kafka import LogView
+def _log_offsets(
+    spark: Any, client: Mapping[str, str], keys: list[TopicPartitionKey], timeout_s: float, *, earliest: bool
+) -> dict[TopicPartitionKey, int]:
+    """Log start (``earliest``) or log end of ``keys``, from Kafka's Java admin client in the driver's JVM.
 
-    view = LogView(opts.kafka, opts.read_timeout_s)
+    Java, not librdkafka: the query's ``kafka.*`` options are Java client properties (Spark's source takes
+    them so, and SASL's ``sasl.jaas.config`` has no librdkafka equivalent), and under
+    ``kafka.isolation.level=read_committed`` the log end is the last stable offset, as Spark's source sees
+    it.  Only the admin client's own properties are passed (the consumer's would be logged as unknown).
+    """
+    if not keys:
+        return {}
+    from py4j.java_gateway import java_import  # type: ignore[import-untyped]
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+    # A view of its own with the Kafka packages imported: every ``jvm.org.apache...`` step is a round trip
+    # to the JVM, and this runs before Spark starts (about 30 ms saved on a restart).
+    jvm = spark.sparkContext._gateway.new_jvm_view()
+    kafka = ("org.apache.kafka.clients.admin.*", "org.apache.kafka.common.*")
+    for package in (*kafka, "java.util.*", "java.util.concurrent.*", "java.time.*"):
+        java_import(jvm, package)
+    known = jvm.AdminClientConfig.configNames()
+    props = jvm.Properties()
+    read_committed = False
+    for key, value in client.items():
+        name = key[len("kafka.") :].lower()  # Kafka's property names are lower case; Spark's options are not
+        if name == "isolation.level":
+            read_committed = str(value).strip().lower() == "read_committed"
+        elif known.contains(name):
+            props.setProperty(name, str(value))
+    levels = jvm.IsolationLevel
+    options = jvm.ListOffsetsOptions(levels.READ_COMMITTED if read_committed else levels.READ_UNCOMMITTED)
+    spec = jvm.OffsetSpec.earliest() if earliest else jvm.OffsetSpec.latest()
+    partition = jvm.TopicPartition
+    partitions = {k: partition(k.topic, k.partition) for k in keys}
+    request = jvm.HashMap()
+    for tp in partitions.values():
+        request.put(tp, spec)
+    what = f"log {'start' if earliest else 'end'} of {', '.join(f'{k.topic}[{k.partition}]' for k in keys)}"
     try:
-        return view.bounds(keys)
+        admin = jvm.AdminClient.create(props)
+    except Py4JJavaError as exc:
+        raise ConfigError(f"cannot create a Kafka admin client from the kafka.* options: {exc.java_exception}") from exc
+    try:
+        answer = admin.listOffsets(request, options).all()
+        result = answer.get(int(timeout_s * 1000), jvm.TimeUnit.MILLISECONDS)
+        return {k: int(result.get(tp).offset()) for k, tp in partitions.items()}
+    except Py4JJavaError as exc:
+        raise BrokerUnavailableError(f"cannot read the {what}: {exc.java_exception}") from exc
     finally:
-        view.close()
+        admin.close(jvm.Duration.ofSeconds(5))
 
 
 def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: SourceOptions) -> None:
@@ -313,7 +376,8 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
     if not ids:
         return  # a new query: Spark's source starts at startingOffsets
     last = ids[-1]
-    if last not in files.batch_ids("commits"):
+    trace("kafka-stream recover: listed")
+    if not files.exists(f"commits/{last}"):
         if last in journal.jumps and batches.kafka_end(last) == jumped(
             batches.kafka_end(last - 1), journal.jumps[last]
         ):
@@ -327,15 +391,19 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
     journal.tidy(last)
     entry, where = _offset_entry(files, last)
     committed = _kafka_end(entry, where)
-    ends = {k: b.high for k, b in _bounds(opts, list(committed)).items()} if committed else {}
+    trace("kafka-stream recover: tidied")
+    ends = batches.log_offsets(list(committed), earliest=False)
+    trace("kafka-stream recover: log ends read")
     ranges = lag_ranges(committed, ends, opts.min_lag)
     if not ranges:
         return
     jump = last + 1
     # The ranges first: once the jump batch exists, they are the only record of these offsets.
     journal.add_jump(jump, ranges)
+    trace("kafka-stream recover: jump journalled")
     offsets = entry.with_source(_KAFKA, render_kafka_offsets(jumped(committed, ranges)), int(time.time() * 1000))
     files.write(f"offsets/{jump}", offsets.render())
+    trace("kafka-stream recover: offsets written")
     _commit(files, jump)
     log.info(
         "query at %s restarted %d offsets behind: batch %d jumps to the log end, the lag is read in chunks",
@@ -346,8 +414,12 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
 
 
 def _commit(files: _Checkpoint, batch_id: int) -> None:
-    previous = [b for b in files.batch_ids("commits") if b < batch_id]
-    text = files.read(f"commits/{previous[-1]}") if previous else None
+    """Batch ``batch_id``'s commit log entry: the previous batch's (its watermark), else Spark's default.
+
+    The previous batch is committed whenever this is called (the commit log has no holes below the last
+    batch, and batch 0 has no previous entry), so no listing of the log is needed.
+    """
+    text = files.read(f"commits/{batch_id - 1}") if batch_id > 0 else None
     files.write(f"commits/{batch_id}", text or _DEFAULT_COMMIT)
 
 
@@ -362,23 +434,50 @@ def _kafka_reader_options(options: Mapping[str, str], location: str) -> tuple[di
     return stream, client
 
 
-def _ticker(spark: Any, include_headers: bool) -> Any:
-    """One row a second in the Kafka source's schema, every column null: keeps batches coming while idle."""
-    from pyspark.sql import functions as F
+def _stream_defaults(spark: Any, given: Mapping[str, str], opts: SourceOptions) -> SourceOptions:
+    """The defaults of start_kafka_stream where they differ from ``format("fastrecover")``'s.
 
-    cols = [
-        F.lit(None).cast("binary").alias("key"),
-        F.lit(None).cast("binary").alias("value"),
-        F.lit(None).cast("string").alias("topic"),
-        F.lit(None).cast("int").alias("partition"),
-        F.lit(None).cast("long").alias("offset"),
-        F.col("timestamp"),
-        F.lit(None).cast("int").alias("timestampType"),
+    ``backfillTasks``: the cores Spark has (``defaultParallelism``).  Cutting a
+    partition's range into more tasks than cores only adds tasks, each with a
+    Kafka consumer of its own: reading 1M records on 2 cores took 1.49 s in 2
+    tasks and 1.84 s in 4 (docs/spark.md).  ``maxBackfillOffsetsPerTrigger``:
+    :data:`_DEFAULT_CHUNK`.  ``given`` are the user's options, lower-cased.
+    """
+    changes: dict[str, Any] = {}
+    if "backfilltasks" not in given:
+        changes["backfill_tasks"] = max(1, int(spark.sparkContext.defaultParallelism))
+    if "maxbackfilloffsetspertrigger" not in given:
+        changes["max_backfill"] = _DEFAULT_CHUNK
+    return replace(opts, **changes)
+
+
+def _ticker(spark: Any, include_headers: bool) -> Any:
+    """One row a second in the Kafka source's schema, every column null: keeps batches coming while idle.
+
+    One ``selectExpr`` (one call into the JVM) rather than a column object per field: building the
+    query's DataFrame is on the path from ``start_kafka_stream`` to the first fresh record.
+    """
+    columns = [
+        "CAST(NULL AS BINARY) AS key",
+        "CAST(NULL AS BINARY) AS value",
+        "CAST(NULL AS STRING) AS topic",
+        "CAST(NULL AS INT) AS partition",
+        "CAST(NULL AS BIGINT) AS offset",
+        "timestamp",
+        "CAST(NULL AS INT) AS timestampType",
     ]
     if include_headers:
-        cols.append(F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"))
+        columns.append("CAST(NULL AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS headers")
     ticks = spark.readStream.format("rate").option("rowsPerSecond", _TICK_ROWS_PER_SECOND).option("numPartitions", "1")
-    return ticks.load().select(*cols)
+    return ticks.load().selectExpr(*columns)
+
+
+def _query_source(spark: Any, stream_options: Mapping[str, str], include_headers: bool) -> Any:
+    """Spark's Kafka source with the user's options, unioned with the idle ticker (nothing is read yet)."""
+    reader = spark.readStream.format("kafka")
+    for key, value in stream_options.items():
+        reader = reader.option(key, value)
+    return reader.load().unionByName(_ticker(spark, include_headers))
 
 
 def start_kafka_stream(
@@ -398,7 +497,8 @@ def start_kafka_stream(
     to it unchanged, plus ``fastrecover.backfill.min.offsets``,
     ``maxBackfillOffsetsPerTrigger`` and ``backfillTasks``.  ``process(df, batch_id)``
     is called like a ``foreachBatch`` function with Spark's Kafka schema plus a
-    ``backfill`` column.  The checkpoint must be one this function created: the
+    ``backfill`` column.  ``backfillTasks`` defaults to Spark's cores and
+    ``maxBackfillOffsetsPerTrigger`` to 5,000,000 here.  The checkpoint must be one this function created: the
     recovery edits it before Spark starts (docs/spark.md).  Needs
     ``spark-sql-kafka-0-10`` on the classpath.  Returns the StreamingQuery.
 
@@ -408,20 +508,27 @@ def start_kafka_stream(
     if not checkpoint_location:
         raise ConfigError("start_kafka_stream needs a checkpoint_location: recovery edits the query's checkpoint")
     lowered = {str(k).lower(): str(v) for k, v in options.items()}
-    opts = parse_source_options(lowered, query_required=False)
+    # kafka.group.id is Spark's to use (its source and the backlog's reads take it, as with format("kafka"));
+    # the check of the other kafka.* keys is the one of format("fastrecover"), whose reader never joins a group.
+    checked = {k: v for k, v in lowered.items() if k != "kafka.group.id"}
+    opts = _stream_defaults(spark, lowered, parse_source_options(checked, query_required=False))
     stream_options, client_options = _kafka_reader_options(options, checkpoint_location)
     files = _Checkpoint(spark, checkpoint_location)
+    trace("kafka-stream checkpoint opened")
     journal = _Journal(files)
+    trace("kafka-stream journal loaded")
     batches = _Batches(spark, opts, client_options, files, journal, process)
-    trace("kafka-stream recover")
-    _recover(files, batches, journal, opts)
-    trace("kafka-stream recovered")
+    # The query's DataFrame reads neither Kafka nor the checkpoint until start(): it is built on another
+    # thread while the recovery waits on the file system and the broker (about 0.1 s off the restart).
+    with ThreadPoolExecutor(1, thread_name_prefix="fastrecover-query") as pool:
+        building = pool.submit(_query_source, spark, stream_options, opts.include_headers)
+        trace("kafka-stream recover")
+        _recover(files, batches, journal, opts)
+        trace("kafka-stream recovered")
+        source = building.result()
     owed = journal.owed()
     if owed:
         log.info("%s: %d backlog offsets still to read", checkpoint_location, owed)
-    reader = spark.readStream.format("kafka")
-    for key, value in stream_options.items():
-        reader = reader.option(key, value)
-    live = reader.load()
-    source = live.unionByName(_ticker(spark, opts.include_headers))
-    return start_foreach_batch(source, batches, checkpoint_location, trigger, query_name)
+    query = start_foreach_batch(source, batches, checkpoint_location, trigger, query_name)
+    trace("kafka-stream started")
+    return query

@@ -62,9 +62,13 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
     ),
     "maxBackfillOffsetsPerTrigger": (
         "100000",
-        "Backfill offsets per micro-batch at most (live is unlimited).",
+        "Backfill offsets per micro-batch at most (live is unlimited). `start_kafka_stream`: 5000000.",
     ),
-    "backfillTasks": ("4", "Spark tasks one batch's backfill (or a ranges job) is cut into."),
+    "backfillTasks": (
+        "4",
+        "Spark tasks one batch's backfill (or a ranges job) is cut into. `start_kafka_stream`: Spark's cores"
+        " (`defaultParallelism`).",
+    ),
     "maxOffsetsPerTask": (
         "(none)",
         "Cut a partition's live records into tasks of at most this many offsets.",

@@ -314,7 +314,8 @@ def test_a_jump_cut_short_by_a_crash_is_redone_or_finished_and_nothing_is_lost(
 def test_spark_s_own_options_pass_through_subscribepattern_and_maxoffsetspertrigger(
     spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
 ) -> None:
-    """Options are Spark's source's, unchanged: a Java pattern over two topics, batches capped at 8 offsets."""
+    """Options are Spark's source's, unchanged: a Java pattern over two topics, batches capped at 8 offsets,
+    and a ``kafka.group.id`` of the application's (format("fastrecover") refuses it; Spark's source takes it)."""
     first, second = topic_factory(partitions=2), topic_factory(partitions=1)
     pattern = first[: first.rindex("-")] + "-.*"  # both topics are named after this test (no dots)
     for t in (first, second):
@@ -325,6 +326,7 @@ def test_spark_s_own_options_pass_through_subscribepattern_and_maxoffsetspertrig
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": "8",
         "minPartitions": "3",
+        "kafka.group.id": f"{first}-application",
     }
     query = start_kafka_stream(spark, options, sink, str(tmp_path / "ck"), trigger=TRIGGER)
     try:
@@ -335,3 +337,40 @@ def test_spark_s_own_options_pass_through_subscribepattern_and_maxoffsetspertrig
     per_batch = [len(rows) for _, rows in sink.batches() if rows]
     assert max(per_batch) <= 8 and sum(per_batch) == 60
     assert Counter(r.value.rsplit("-", 1)[0] for r in sink.rows()) == {first: 30, second: 30}
+
+
+def test_the_jump_reads_log_bounds_with_the_java_client_as_spark_s_source_sees_them(
+    spark: SparkSession, bootstrap: str, topic_factory: Any
+) -> None:
+    """Log start after deleted records, log end, and the last stable offset under read_committed, read by
+    the driver's Java admin client from ``kafka.*`` options (Java names, as Spark's source takes them)."""
+    import uuid
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from fastrecover.errors import BrokerUnavailableError
+    from fastrecover.spark.controller import _log_offsets
+    from fastrecover.tokens import TopicPartitionKey
+
+    topic = topic_factory(partitions=2)
+    produce(bootstrap, topic, [Record(b"v%d" % i, partition=i % 2) for i in range(20)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures complete only while it lives
+    for future in admin.delete_records([TopicPartition(topic, 0, 4)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", partition=1)
+    producer.flush(30)  # in the log, not committed: beyond the last stable offset
+    keys = [TopicPartitionKey(topic, 0), TopicPartitionKey(topic, 1)]
+    client = {"kafka.bootstrap.servers": bootstrap, "kafka.group.id": "ignored-by-the-admin-client"}
+    try:
+        assert _log_offsets(spark, client, keys, 30, earliest=True) == {keys[0]: 4, keys[1]: 0}
+        assert _log_offsets(spark, client, keys, 30, earliest=False) == {keys[0]: 10, keys[1]: 11}
+        committed_only = {**client, "kafka.isolation.level": "read_committed"}
+        assert _log_offsets(spark, committed_only, keys, 30, earliest=False) == {keys[0]: 10, keys[1]: 10}
+    finally:
+        producer.abort_transaction(30)
+    with pytest.raises(BrokerUnavailableError, match=r"log end of .*\[0\]"):
+        _log_offsets(spark, {"kafka.bootstrap.servers": "127.0.0.1:1"}, keys, 2, earliest=False)

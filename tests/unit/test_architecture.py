@@ -107,7 +107,8 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover.spark", "pyspark"),
         ("fastrecover.spark.commit_mirror", "fastrecover.errors"),  # the real classes, not by-value copies
         ("fastrecover.spark.commit_mirror", "fastrecover.spark.offsets"),
-        ("fastrecover.spark.controller", "fastrecover.spark.kafka"),  # confluent_kafka: only to jump
+        ("fastrecover.spark.controller", "py4j.java_gateway"),  # the Java admin client: only to jump
+        ("fastrecover.spark.controller", "py4j.protocol"),
         ("fastrecover.spark.controller", "pyspark.sql"),
         ("fastrecover.spark.jvm", "fastrecover.spark.state"),
         ("fastrecover.spark.jvm", "fastrecover.store"),

@@ -56,9 +56,6 @@ BACKFILL_PER_TRIGGER = 500_000
 BACKFILL_TASKS = 4
 #: start_stream reads at JVM speed and pays a per-batch overhead (planning, a batch Kafka read): bigger steps.
 JVM_BACKFILL_PER_TRIGGER = 2_000_000
-#: start_kafka_stream: each batch also pays Spark's commit and planning (about 0.5 s here), so a 10M lag drains
-#: in two chunks; fresh records that arrive meanwhile wait behind a chunk (docs/spark.md).
-KAFKA_STREAM_BACKFILL_PER_TRIGGER = 5_000_000
 #: Steady state: offsets per micro-batch for both sources (Spark's maxOffsetsPerTrigger).
 STEADY_PER_TRIGGER = 500_000
 
@@ -203,14 +200,12 @@ def _options(source: str, bootstrap: str, topic: str, store_url: str, query: str
             "fastrecover.store.url": store_url,
             "fastrecover.query": query,
             "maxBackfillOffsetsPerTrigger": str(
-                KAFKA_STREAM_BACKFILL_PER_TRIGGER
-                if source == "fastrecover-kafka"
-                else JVM_BACKFILL_PER_TRIGGER
-                if source == "fastrecover-jvm"
-                else BACKFILL_PER_TRIGGER
+                JVM_BACKFILL_PER_TRIGGER if source == "fastrecover-jvm" else BACKFILL_PER_TRIGGER
             ),
             "backfillTasks": str(BACKFILL_TASKS),
         }
+    if source == "fastrecover-kafka":  # start_kafka_stream's own defaults, as a user gets them
+        del opts["maxBackfillOffsetsPerTrigger"], opts["backfillTasks"]
     opts.update(extra)
     if source == "spark-kafka":
         opts = {k: v for k, v in opts.items() if not k.startswith(("fastrecover.", "maxBackfill", "backfill"))}
@@ -367,6 +362,26 @@ def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
     }
 
 
+def _paired(baseline: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]], source: str) -> dict[str, Any]:
+    """Per-round ratios source / spark-kafka of both times (rounds where both measured), with their spread.
+
+    Runs are paired by position: round k of every source comes from the same round (same topic, same lag).
+    """
+    if source == "spark-kafka" or not baseline:
+        return {}
+    out: dict[str, Any] = {}
+    for metric in ("first_fresh_s", "drain_s"):
+        ratios = [
+            r[metric] / b[metric] for b, r in zip(baseline, runs, strict=False) if r.get(metric) and b.get(metric)
+        ]
+        stats: dict[str, Any] = dict(_stats(ratios))
+        if ratios:
+            stats["spread"] = round((max(ratios) - min(ratios)) / statistics.median(ratios), 2)
+            stats["rounds"] = [round(x, 3) for x in ratios]
+        out[f"{metric.removesuffix('_s')}_ratio"] = stats
+    return out
+
+
 def machine() -> dict[str, Any]:
     try:
         with open("/proc/meminfo") as fh:
@@ -446,6 +461,7 @@ def run_spark_bench(
     lags: Sequence[int] = (100_000, 1_000_000),
     repeats: int = 3,
     *,
+    warmup: int = 1,
     sinks: Sequence[str] = ("count",),
     sources: Sequence[str] = SOURCES,
     steady_records: int = 0,
@@ -464,7 +480,12 @@ def run_spark_bench(
     steady-state throughput scenario (:func:`run_steady`).  ``progress`` gets
     the result so far after every round (a long run can be stopped and keeps
     what it measured).  ``summary`` and ``runs`` are keyed by sink, then lag,
-    then source.
+    then source.  ``warmup`` rounds run first at each sink (at the first lag) and are
+    kept apart (``warmup_runs``), out of the summary: the first rounds in a new JVM
+    compile the Kafka reader and the sink's code paths and take up to twice as
+    long, which a 3-repeat median cannot absorb.  ``ratios`` pairs each source
+    with ``spark-kafka`` round by round (both restarted after the same downtime,
+    minutes apart), which cancels most of the machine's drift between rounds.
     """
     import fastrecover.spark
 
@@ -481,25 +502,33 @@ def run_spark_bench(
     tmp = tempfile.TemporaryDirectory(prefix="fastrecover-spark-bench-") if workdir is None else None
     base = Path(workdir or (tmp.name if tmp else "."))
     runs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
+    warmups: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
     steady: dict[str, list[dict[str, Any]]] = {src: [] for src in sources}
     failures: list[str] = []
 
     def result() -> dict[str, Any]:
-        return {**_result(spark, own, sources, repeats, runs, steady), "failed_attempts": list(failures)}
+        return {
+            **_result(spark, own, sources, repeats, runs, steady),
+            "warmup_runs": warmups,
+            "failed_attempts": list(failures),
+        }
 
     try:
         for sink in sinks:
             for lag in lags:
                 per = runs.setdefault(sink, {}).setdefault(str(lag), {s: [] for s in sources})
-                for rep in range(repeats):
+                warm = warmups.setdefault(sink, {}).setdefault(str(lag), {s: [] for s in sources})
+                for rep in range(-warmup if lag == lags[0] else 0, repeats):
                     order = tuple(sources) if rep % 2 == 0 else tuple(reversed(sources))
-                    log.info("spark bench: %s sink, lag %d, repeat %d, order %s", sink, lag, rep + 1, order)
+                    kept = warm if rep < 0 else per
+                    what = "warm-up round" if rep < 0 else f"repeat {rep + 1}"
+                    log.info("spark bench: %s sink, lag %d, %s, order %s", sink, lag, what, order)
                     for src, measured in _retried(
                         lambda o=order, lg=lag, sk=sink: run_round(spark, bootstrap, o, lg, base, sk),  # type: ignore[misc]
                         failures,
-                        f"{sink} sink, lag {lag}, repeat {rep + 1}",
+                        f"{sink} sink, lag {lag}, {what}",
                     ).items():
-                        per[src].append(measured)
+                        kept[src].append(measured)
                     if progress is not None:
                         progress(result())
         if steady_records > 0:
@@ -551,6 +580,7 @@ def _result(
                 source: {
                     "first_fresh_s": _stats([r["first_fresh_s"] for r in rs]),
                     "drain_s": _stats([r["drain_s"] for r in rs]),
+                    **_paired(per.get("spark-kafka", []), rs, source),
                 }
                 for source, rs in per.items()
             }
@@ -571,7 +601,7 @@ def _result(
             "fastrecover_options": {
                 "maxBackfillOffsetsPerTrigger": BACKFILL_PER_TRIGGER,
                 "maxBackfillOffsetsPerTrigger (fastrecover-jvm)": JVM_BACKFILL_PER_TRIGGER,
-                "maxBackfillOffsetsPerTrigger (fastrecover-kafka)": KAFKA_STREAM_BACKFILL_PER_TRIGGER,
+                "fastrecover-kafka": "start_kafka_stream's defaults (5M offsets per chunk, a task per core)",
                 "backfillTasks": BACKFILL_TASKS,
             },
             "steady_max_offsets_per_trigger": STEADY_PER_TRIGGER,
@@ -586,19 +616,20 @@ def _result(
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """The summary as a Markdown table (medians, with min-max)."""
+    """The summary as a Markdown table (medians, with min-max; ratios paired per round with spark-kafka)."""
     lines = [
-        "| sink | lag | source | restart -> first fresh record (s) | restart -> lag drained (s) |",
-        "| --- | ---: | --- | --- | --- |",
+        "| sink | lag | source | restart -> first fresh record (s) | restart -> lag drained (s) "
+        "| drained, / spark-kafka per round |",
+        "| --- | ---: | --- | --- | --- | --- |",
     ]
     for sink, by_lag in result["summary"].items():
         for lag, per in by_lag.items():
             for source, stats in per.items():
                 cells = []
-                for metric in ("first_fresh_s", "drain_s"):
-                    m = stats[metric]
+                for metric in ("first_fresh_s", "drain_s", "drain_ratio"):
+                    m = stats.get(metric) or {"median": None}
                     cells.append("n/a" if m["median"] is None else f"{m['median']} ({m['min']}-{m['max']})")
-                lines.append(f"| {sink} | {int(lag):,} | {source} | {cells[0]} | {cells[1]} |")
+                lines.append(f"| {sink} | {int(lag):,} | {source} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -607,6 +638,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=os.environ.get("FASTRECOVER_BOOTSTRAP"))
     parser.add_argument("--lags", default="100000,1000000", help="comma-separated lags")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="rounds per sink run first (at the first lag) and not summarised"
+    )
     parser.add_argument("--sinks", default="count", help="comma-separated: count, parquet, python-udf")
     parser.add_argument("--sources", default=",".join(SOURCES), help="comma-separated: " + ", ".join(SOURCES))
     parser.add_argument("--steady", type=int, default=0, help="records of the steady-state scenario (0: none)")
@@ -629,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.bootstrap,
         [int(x) for x in args.lags.split(",") if x.strip()],
         args.repeats,
+        warmup=args.warmup,
         sinks=[x.strip() for x in args.sinks.split(",") if x.strip()],
         sources=[x.strip() for x in args.sources.split(",") if x.strip()],
         steady_records=args.steady,
