@@ -483,8 +483,8 @@ def run_spark_bench(
     then source.  ``warmup`` rounds run first at each sink (at the first lag) and are
     kept apart (``warmup_runs``), out of the summary: the first rounds in a new JVM
     compile the Kafka reader and the sink's code paths and take up to twice as
-    long, which a 3-repeat median cannot absorb.  ``ratios`` pairs each source
-    with ``spark-kafka`` round by round (both restarted after the same downtime,
+    long, which a 3-repeat median cannot absorb.  ``first_fresh_ratio`` and
+    ``drain_ratio`` pair each source with ``spark-kafka`` round by round (both restarted after the same downtime,
     minutes apart), which cancels most of the machine's drift between rounds.
     """
     import fastrecover.spark
