@@ -73,6 +73,17 @@ _DEFAULT_CHUNK = 5_000_000
 _TICK_ROWS_PER_SECOND = "1"
 
 
+def _jvm_view(spark: Any, *imports: str) -> Any:
+    """A JVM view of its own with ``imports`` (``java_import`` names): every ``jvm.org.apache...`` step is a
+    round trip to the JVM, and the recovery runs before Spark starts."""
+    from py4j.java_gateway import java_import  # type: ignore[import-untyped]
+
+    jvm = spark.sparkContext._gateway.new_jvm_view()
+    for name in imports:
+        java_import(jvm, name)
+    return jvm
+
+
 class _Checkpoint:
     """The checkpoint's files through Hadoop's FileSystem (local, HDFS, object stores alike).
 
@@ -83,13 +94,8 @@ class _Checkpoint:
     """
 
     def __init__(self, spark: Any, location: str) -> None:
-        from py4j.java_gateway import java_import  # type: ignore[import-untyped]
-
-        jvm = spark.sparkContext._gateway.new_jvm_view()
-        for name in ("org.apache.hadoop.fs.*", "org.apache.commons.io.IOUtils"):
-            java_import(jvm, name)
-        self._jvm = jvm
-        self._root = jvm.Path(location)
+        self._jvm = _jvm_view(spark, "org.apache.hadoop.fs.*", "org.apache.commons.io.IOUtils")
+        self._root = self._jvm.Path(location)
         self._fs = self._root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         self.location = location.rstrip("/")
 
@@ -329,15 +335,16 @@ def _log_offsets(
     """
     if not keys:
         return {}
-    from py4j.java_gateway import java_import  # type: ignore[import-untyped]
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 
-    # A view of its own with the Kafka packages imported: every ``jvm.org.apache...`` step is a round trip
-    # to the JVM, and this runs before Spark starts (about 30 ms saved on a restart).
-    jvm = spark.sparkContext._gateway.new_jvm_view()
-    kafka = ("org.apache.kafka.clients.admin.*", "org.apache.kafka.common.*")
-    for package in (*kafka, "java.util.*", "java.util.concurrent.*", "java.time.*"):
-        java_import(jvm, package)
+    jvm = _jvm_view(
+        spark,
+        "org.apache.kafka.clients.admin.*",
+        "org.apache.kafka.common.*",
+        "java.util.*",
+        "java.util.concurrent.*",
+        "java.time.*",
+    )
     known = jvm.AdminClientConfig.configNames()
     props = jvm.Properties()
     read_committed = False
@@ -355,7 +362,6 @@ def _log_offsets(
     request = jvm.HashMap()
     for tp in partitions.values():
         request.put(tp, spec)
-    what = f"log {'start' if earliest else 'end'} of {', '.join(f'{k.topic}[{k.partition}]' for k in keys)}"
     try:
         admin = jvm.AdminClient.create(props)
     except Py4JJavaError as exc:
@@ -365,6 +371,7 @@ def _log_offsets(
         result = answer.get(int(timeout_s * 1000), jvm.TimeUnit.MILLISECONDS)
         return {k: int(result.get(tp).offset()) for k, tp in partitions.items()}
     except Py4JJavaError as exc:
+        what = f"log {'start' if earliest else 'end'} of {', '.join(f'{k.topic}[{k.partition}]' for k in keys)}"
         raise BrokerUnavailableError(f"cannot read the {what}: {exc.java_exception}") from exc
     finally:
         admin.close(jvm.Duration.ofSeconds(5))
@@ -389,9 +396,9 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
             batches.rerun(last)
             _commit(files, last)
     journal.tidy(last)
+    trace("kafka-stream recover: tidied")
     entry, where = _offset_entry(files, last)
     committed = _kafka_end(entry, where)
-    trace("kafka-stream recover: tidied")
     ends = batches.log_offsets(list(committed), earliest=False)
     trace("kafka-stream recover: log ends read")
     ranges = lag_ranges(committed, ends, opts.min_lag)
@@ -498,9 +505,10 @@ def start_kafka_stream(
     ``maxBackfillOffsetsPerTrigger`` and ``backfillTasks``.  ``process(df, batch_id)``
     is called like a ``foreachBatch`` function with Spark's Kafka schema plus a
     ``backfill`` column.  ``backfillTasks`` defaults to Spark's cores and
-    ``maxBackfillOffsetsPerTrigger`` to 5,000,000 here.  The checkpoint must be one this function created: the
-    recovery edits it before Spark starts (docs/spark.md).  Needs
-    ``spark-sql-kafka-0-10`` on the classpath.  Returns the StreamingQuery.
+    ``maxBackfillOffsetsPerTrigger`` to 5,000,000 here.  The checkpoint must be
+    one this function created: the recovery edits it before Spark starts
+    (docs/spark.md).  Needs ``spark-sql-kafka-0-10`` on the classpath.
+    Returns the StreamingQuery.
 
     Raises:
         ConfigError: a bad option; CheckpointError: a checkpoint file that is not what it should be.
