@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from fastrecover.config import ENABLE_KEYS, child_config, parse_bool, split_config
 from fastrecover.errors import ConfigError
 from fastrecover.metrics import ConsumerMetrics
+from fastrecover.parallel import IDLE_SLICE_S as _SLICE
 from fastrecover.parallel import ParallelMode
 from fastrecover.ranges import RangeProgress
 from fastrecover.recoverer import RecoveryReport
@@ -136,11 +137,18 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         if fr is not None and fr.fast_calls:
             # The steady state (no range; records untracked, see ParallelMode.poll), inlined: poll() runs
             # once per record, and a second frame plus a clock read cost more than half a µs here. A
-            # timeout of a wrong type fails in confluent_kafka's own poll(), exactly as plain's does.
+            # longer wait than a slice starts with one slice, and ParallelMode.poll waits the rest in slices
+            # (a recovery in the wait gives the child a backlog that librdkafka's wait does not see).
             fr.fast_calls -= 1
-            msg = _K.poll(self, -1.0 if timeout is None else timeout)
+            try:
+                whole = timeout is not None and 0 <= timeout <= _SLICE
+            except TypeError:
+                whole = True  # a timeout of a wrong type fails in confluent_kafka's own poll(), as plain's does
+            msg = _K.poll(self, timeout if whole else _SLICE)  # type: ignore[arg-type]
             if msg is None:
                 fr.fast_calls = 0  # nothing came: the next call reads the clock (the tick)
+                if not whole:
+                    return fr.poll(timeout if timeout is None or timeout < 0 else max(0.0, timeout - _SLICE))
             else:
                 fr.primary_messages += 1
             return msg  # type: ignore[no-any-return]

@@ -39,7 +39,22 @@ _TICK_S = 0.05
 #: tick then runs at most this many records late (an idle poll() ends the run at once)
 _FAST_CALLS = 64
 _WAIT_SLICE_S = 0.02
+#: the longest a poll() waits on the primary alone before the state is looked at again.  A recovery runs
+#: inside the call that serves the group's assignment, and librdkafka's wait does not end when the
+#: child is given a backlog: a wait of the caller's whole timeout kept an idle topic's backlog from the
+#: application until the timeout (for ever with no timeout).  An idle poll() wakes this often.
+IDLE_SLICE_S = 0.05
+#: the same for consume(): confluent_kafka's own slice (it wakes every 0.2 s to check for signals and
+#: returns the first slice's records), so that batches are as full as plain's under a trickle
+CONSUME_SLICE_S = 0.2
 _K = _KafkaConsumer
+
+
+def _wait(deadline: float | None, now: float, piece: float) -> float:
+    """The next wait on the primary: a slice (``piece``), or what is left before ``deadline`` (None: none)."""
+    if deadline is None:
+        return piece
+    return min(piece, max(0.0, deadline - now))
 
 
 class ParallelMode(Handover):
@@ -119,38 +134,60 @@ class ParallelMode(Handover):
         return msgs
 
     def poll(self, timeout: float | None) -> Message | None:
-        if self.steady:  # no backfill under way: the primary alone, its records untracked (positions)
-            now = time.monotonic()
-            if now >= self.next_tick:
-                self.tick(now)
-            if self.steady:
-                self.fast_calls = _FAST_CALLS  # the clock was read: the next calls skip it (Consumer.poll)
-                msg = _K.poll(self.app, -1.0 if timeout is None else timeout)
-                if msg is None:
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            if self.steady:  # no backfill under way: the primary alone, its records untracked (positions)
+                now = time.monotonic()
+                if now >= self.next_tick:
+                    self.tick(now)
+                if self.steady:
+                    wait = _wait(deadline, now, IDLE_SLICE_S)
+                    self.fast_calls = _FAST_CALLS  # the clock was read: the next calls skip it (Consumer.poll)
+                    msg = _K.poll(self.app, wait)
+                    if msg is not None:
+                        self.primary_messages += 1
+                        return msg
                     self.fast_calls = 0
-                else:
-                    self.primary_messages += 1
-                return msg
-        if not self.backfilling:
-            self.begin()
-            return self.note_primary(_K.poll(self.app, -1.0 if timeout is None else timeout))
-        # during a backfill poll() is consume(1): one merge loop serves both (the turns alternate the streams)
-        msgs = self.consume(1, -1.0 if timeout is None else timeout)
-        return msgs[0] if msgs else None
+                    if wait < IDLE_SLICE_S:
+                        return None  # the deadline came
+                    continue  # a slice of the wait ended: the state may have changed in it (a recovery)
+            if not self.backfilling:
+                now = self.begin()
+                wait = _wait(deadline, now, IDLE_SLICE_S)
+                msg = self.note_primary(_K.poll(self.app, wait))
+                if msg is not None or wait < IDLE_SLICE_S:
+                    return msg
+                continue
+            # during a backfill poll() is consume(1): one merge loop serves both (the turns alternate the streams)
+            left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            msgs = self.consume(1, left)
+            return msgs[0] if msgs else None
 
     def consume(self, num: int, timeout: float) -> list[Message]:
-        if self.steady:
-            now = time.monotonic()
-            if now >= self.next_tick:
-                self.tick(now)
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        while True:
             if self.steady:
-                msgs = _K.consume(self.app, num, timeout)
-                self.primary_messages += len(msgs)
-                return msgs
-        now = self.begin()
-        if not self.backfilling:
-            return self.note_batch(_K.consume(self.app, num, timeout))
-        deadline = None if timeout < 0 else now + timeout
+                now = time.monotonic()
+                if now >= self.next_tick:
+                    self.tick(now)
+                if self.steady:
+                    wait = _wait(deadline, now, CONSUME_SLICE_S)
+                    msgs = _K.consume(self.app, num, wait)
+                    if msgs or wait < CONSUME_SLICE_S:
+                        self.primary_messages += len(msgs)
+                        return msgs
+                    continue  # a slice of the wait ended: the state may have changed in it (a recovery)
+            now = self.begin()
+            if not self.backfilling:
+                wait = _wait(deadline, now, CONSUME_SLICE_S)
+                msgs = self.note_batch(_K.consume(self.app, num, wait))
+                if msgs or wait < CONSUME_SLICE_S:
+                    return msgs
+                continue
+            return self._merge(num, deadline)
+
+    def _merge(self, num: int, deadline: float | None) -> list[Message]:
+        """Up to ``num`` records of both streams: the primary's share first, the child's after."""
         while True:
             out: list[Message] = self.ready_eof[:num]
             del self.ready_eof[: len(out)]
@@ -181,8 +218,9 @@ class ParallelMode(Handover):
             if now >= self.next_tick:
                 self.tick(now)
             if not self.backfilling:
+                # the backlog is done: the primary alone from here, still in slices (another recovery may come)
                 left = -1.0 if deadline is None else max(0.0, deadline - now)
-                return self.note_batch(_K.consume(self.app, num, left))
+                return self.consume(num, left)
 
     def note_batch(self, msgs: list[Message]) -> list[Message]:
         if not msgs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,63 @@ def test_commit_of_an_unassigned_partition_fails_as_plain_does(
     finally:
         consumer.close()
     assert os.path.exists(store_url.removeprefix("sqlite:///")) or store_url.startswith("postgresql")
+
+
+@pytest.mark.parametrize(
+    "call", ["poll(None)", "poll(-1)", "consume(-1)", "poll(3600)", "consume(3600)", "fast poll(None)", "fast poll(60)"]
+)
+def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
+    call: str, bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    """The recovery runs inside the application's first blocking call (the group's assignment is
+    served there), and the topic stays idle afterwards: the primary has nothing to return at the log
+    end, and the backlog comes from the child alone.  A plain consumer returns the first records of
+    the backlog as soon as they are fetched; so must this one, however long the call may wait
+    (a wait that only ended at its timeout left an idle topic's backlog unread for good under
+    ``poll()`` with no timeout)."""
+    topic = topic_factory(partitions=1)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=300
+    )
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    outcome: list[Any] = []
+    fast, _, spelled = call.rpartition(" ")
+    api, _, arg = spelled.partition("(")
+    timeout = None if arg == "None)" else float(arg[:-1])
+    if fast:
+        # as if records had been flowing: the call starts on Consumer.poll's inlined steady path
+        assert consumer._fr is not None
+        consumer._fr.fast_calls = 5
+
+    def first_call() -> None:
+        try:
+            if api == "poll":
+                outcome.append(consumer.poll(timeout))
+            else:
+                outcome.append(consumer.consume(100, timeout))  # type: ignore[arg-type]
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    consumer.subscribe([topic])
+    caller = threading.Thread(target=first_call, name="first-call", daemon=True)
+    caller.start()
+    try:
+        caller.join(30)
+        if caller.is_alive():
+            # The call is still blocked: wake it with one live record so the consumer can be closed, then fail.
+            produce(bootstrap, topic, ["wake"], partition=0)
+            caller.join(30)
+            pytest.fail(
+                f"{call} did not return the backlog of an idle topic within 30 s (recovered: "
+                f"{[(r.committed, r.log_end) for r in consumer.recoveries]})"
+            )
+        (result,) = outcome
+        assert not isinstance(result, BaseException), result
+        records = [result] if api == "poll" else result
+        assert records, f"{call} returned nothing"
+        assert all(m.error() is None for m in records)
+        assert {offset_of(m) for m in records} <= set(range(20, 300))  # the backlog: nothing live was produced
+        assert consumer.child_consumer_is_alive()
+    finally:
+        if not caller.is_alive():
+            consumer.close()
