@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from fastrecover.config import ENABLE_KEYS, child_config, parse_bool, split_config
 from fastrecover.errors import ConfigError
 from fastrecover.metrics import ConsumerMetrics
-from fastrecover.parallel import IDLE_SLICE_S as _SLICE
+from fastrecover.mode_state import IDLE_SLICE_S as _SLICE
 from fastrecover.parallel import ParallelMode
 from fastrecover.ranges import RangeProgress
 from fastrecover.recoverer import RecoveryReport

@@ -36,6 +36,7 @@ class Handover(CommitPaths):
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         self.user_cbs = (on_assign, on_revoke, on_lost)
+        self.expect_assignment()
         _K.subscribe(self.app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
 
     def assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
@@ -90,6 +91,7 @@ class Handover(CommitPaths):
             self.in_rebalance = False
         if not self.assigned_in_cb:
             self.assign(partitions, incremental=self.cooperative)
+        self.joining_until = 0.0
 
     def on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.rebalance_out(partitions, self.user_cbs[1], lost=False)
@@ -99,6 +101,7 @@ class Handover(CommitPaths):
 
     def rebalance_out(self, partitions: list[TopicPartition], user_cb: RebalanceCallback | None, lost: bool) -> None:
         keys = [key_of(tp) for tp in partitions]
+        self.expect_assignment()  # a rebalance: the new assignment follows
         try:
             self.in_rebalance = True
             if user_cb is not None:

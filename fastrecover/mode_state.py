@@ -43,6 +43,22 @@ def key_of(tp: TopicPartition) -> TopicPartitionKey:
     return TopicPartitionKey(tp.topic, tp.partition)
 
 
+#: the longest a poll() or consume() waits on the primary alone before the state is looked at again.
+#: A recovery runs inside the call that serves the group's assignment, and librdkafka's wait does not
+#: end when the child is given a backlog: a wait of the caller's whole timeout kept an idle topic's
+#: backlog from the application until the timeout (for ever with no timeout), and confluent_kafka's own
+#: 0.2-s slices (it wakes to check for signals) delayed it by up to 0.2 s.  A slice's records are
+#: returned at once: records kept across slices could be committed by a revoke before the application
+#: saw them.  An idle consumer wakes this often.
+IDLE_SLICE_S = 0.05
+#: the slice while an assignment is expected (after subscribe() or a revoke, until the next assignment):
+#: the backlog of a recovery then starts at most this long after it
+JOIN_SLICE_S = 0.01
+#: an expected assignment that has not come after this long (unsubscribe(), or a member left without
+#: partitions) no longer shortens the slices
+_JOIN_WAIT_S = 60.0
+
+
 class ModeState:
     """The mode-on state of one consumer (``app`` is the application's object)."""
 
@@ -98,10 +114,20 @@ class ModeState:
         self.steady = True
         #: poll() calls ``Consumer.poll`` may serve on its own before the next tick (steady state only)
         self.fast_calls = 0
+        #: until when the waits on the primary use JOIN_SLICE_S (an assignment is expected)
+        self.joining_until = 0.0
         self.next_child_restart = 0.0
         self.child_restarts = 0
         #: messages the primary returned (records and error events), for metrics()
         self.primary_messages = 0
+
+    def expect_assignment(self) -> None:
+        """subscribe() or a revoke: an assignment (and maybe a recovery) follows, inside some wait."""
+        self.joining_until = time.monotonic() + _JOIN_WAIT_S
+
+    def wait_slice(self, now: float) -> float:
+        """How long the next wait on the primary may last before the state is looked at again."""
+        return JOIN_SLICE_S if now < self.joining_until else IDLE_SLICE_S
 
     def sync_positions(self) -> bool:
         """Steady state: what the primary returned, from its positions instead of per record.

@@ -39,14 +39,6 @@ _TICK_S = 0.05
 #: tick then runs at most this many records late (an idle poll() ends the run at once)
 _FAST_CALLS = 64
 _WAIT_SLICE_S = 0.02
-#: the longest a poll() waits on the primary alone before the state is looked at again.  A recovery runs
-#: inside the call that serves the group's assignment, and librdkafka's wait does not end when the
-#: child is given a backlog: a wait of the caller's whole timeout kept an idle topic's backlog from the
-#: application until the timeout (for ever with no timeout).  An idle poll() wakes this often.
-IDLE_SLICE_S = 0.05
-#: the same for consume(): confluent_kafka's own slice (it wakes every 0.2 s to check for signals and
-#: returns the first slice's records), so that batches are as full as plain's under a trickle
-CONSUME_SLICE_S = 0.2
 _K = _KafkaConsumer
 
 
@@ -141,21 +133,23 @@ class ParallelMode(Handover):
                 if now >= self.next_tick:
                     self.tick(now)
                 if self.steady:
-                    wait = _wait(deadline, now, IDLE_SLICE_S)
+                    piece = self.wait_slice(now)
+                    wait = _wait(deadline, now, piece)
                     self.fast_calls = _FAST_CALLS  # the clock was read: the next calls skip it (Consumer.poll)
                     msg = _K.poll(self.app, wait)
                     if msg is not None:
                         self.primary_messages += 1
                         return msg
                     self.fast_calls = 0
-                    if wait < IDLE_SLICE_S:
+                    if wait < piece:
                         return None  # the deadline came
                     continue  # a slice of the wait ended: the state may have changed in it (a recovery)
             if not self.backfilling:
                 now = self.begin()
-                wait = _wait(deadline, now, IDLE_SLICE_S)
+                piece = self.wait_slice(now)
+                wait = _wait(deadline, now, piece)
                 msg = self.note_primary(_K.poll(self.app, wait))
-                if msg is not None or wait < IDLE_SLICE_S:
+                if msg is not None or wait < piece:
                     return msg
                 continue
             # during a backfill poll() is consume(1): one merge loop serves both (the turns alternate the streams)
@@ -171,17 +165,19 @@ class ParallelMode(Handover):
                 if now >= self.next_tick:
                     self.tick(now)
                 if self.steady:
-                    wait = _wait(deadline, now, CONSUME_SLICE_S)
+                    piece = self.wait_slice(now)
+                    wait = _wait(deadline, now, piece)
                     msgs = _K.consume(self.app, num, wait)
-                    if msgs or wait < CONSUME_SLICE_S:
+                    if msgs or wait < piece:
                         self.primary_messages += len(msgs)
                         return msgs
                     continue  # a slice of the wait ended: the state may have changed in it (a recovery)
             now = self.begin()
             if not self.backfilling:
-                wait = _wait(deadline, now, CONSUME_SLICE_S)
+                piece = self.wait_slice(now)
+                wait = _wait(deadline, now, piece)
                 msgs = self.note_batch(_K.consume(self.app, num, wait))
-                if msgs or wait < CONSUME_SLICE_S:
+                if msgs or wait < piece:
                     return msgs
                 continue
             return self._merge(num, deadline)
