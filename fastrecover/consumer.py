@@ -134,20 +134,18 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             KafkaException, and what the application's callbacks raise, as plain.
         """
         fr = self._fr
-        if fr is not None and fr.fast_calls:
+        if fr is not None and fr.fast_calls and timeout is fr.fast_timeout:
             # The steady state (no range; records untracked, see ParallelMode.poll), inlined: poll() runs
-            # once per record, and a second frame plus a clock read cost more than half a µs here. A
-            # longer wait than a slice starts with one slice, and ParallelMode.poll waits the rest in slices
-            # (a recovery in the wait gives the child a backlog that librdkafka's wait does not see).
+            # once per record, and a second frame plus a clock read cost more than half a µs here.  It
+            # serves calls with the very timeout object of the call that started the run (a loop's
+            # constant), whose wait ParallelMode.poll worked out: the timeout, or one slice of a longer
+            # wait, whose rest ParallelMode.poll waits in slices (a recovery in the wait gives the child
+            # a backlog that librdkafka's wait does not see).
             fr.fast_calls -= 1
-            try:
-                whole = timeout is not None and 0 <= timeout <= _SLICE
-            except TypeError:
-                whole = True  # a timeout of a wrong type fails in confluent_kafka's own poll(), as plain's does
-            msg = _K.poll(self, timeout if whole else _SLICE)  # type: ignore[arg-type]
+            msg = _K.poll(self, fr.fast_wait)
             if msg is None:
                 fr.fast_calls = 0  # nothing came: the next call reads the clock (the tick)
-                if not whole:
+                if fr.fast_wait is not timeout:
                     return fr.poll(timeout if timeout is None or timeout < 0 else max(0.0, timeout - _SLICE))
             else:
                 fr.primary_messages += 1

@@ -114,6 +114,9 @@ class ModeState:
         self.steady = True
         #: poll() calls ``Consumer.poll`` may serve on its own before the next tick (steady state only)
         self.fast_calls = 0
+        #: the timeout object those calls must pass (the one of the call that set fast_calls), and their wait
+        self.fast_timeout: float | None = None
+        self.fast_wait = IDLE_SLICE_S
         #: until when the waits on the primary use JOIN_SLICE_S (an assignment is expected)
         self.joining_until = 0.0
         self.next_child_restart = 0.0

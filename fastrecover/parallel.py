@@ -26,7 +26,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from fastrecover.batches import Run
 from fastrecover.handover import Handover
 from fastrecover.metrics import ConsumerMetrics, backfill_by_partition
-from fastrecover.mode_state import key_of
+from fastrecover.mode_state import IDLE_SLICE_S, key_of
 from fastrecover.ranges import (
     RangeProgress,
 )
@@ -135,7 +135,11 @@ class ParallelMode(Handover):
                 if self.steady:
                     piece = self.wait_slice(now)
                     wait = _wait(deadline, now, piece)
-                    self.fast_calls = _FAST_CALLS  # the clock was read: the next calls skip it (Consumer.poll)
+                    # the clock was read: the next calls with this timeout skip it (Consumer.poll), each
+                    # waiting for the timeout or, if longer, one slice
+                    self.fast_calls = _FAST_CALLS
+                    self.fast_timeout = timeout
+                    self.fast_wait = timeout if timeout is not None and 0 <= timeout <= IDLE_SLICE_S else IDLE_SLICE_S
                     msg = _K.poll(self.app, wait)
                     if msg is not None:
                         self.primary_messages += 1

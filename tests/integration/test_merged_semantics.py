@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
+from fastrecover.mode_state import IDLE_SLICE_S
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
@@ -226,7 +227,7 @@ def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
     if fast:
         # as if records had been flowing: the call starts on Consumer.poll's inlined steady path
         assert consumer._fr is not None
-        consumer._fr.fast_calls = 5
+        consumer._fr.fast_calls, consumer._fr.fast_timeout, consumer._fr.fast_wait = 5, timeout, IDLE_SLICE_S
 
     def first_call() -> None:
         try:
