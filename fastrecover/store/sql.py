@@ -54,6 +54,7 @@ from fastrecover.store.writes import (
     TABLE,
     apply_progress,
     check_updates,
+    chunked,
     claim_rows,
     insert_ranges,
     now,
@@ -247,23 +248,24 @@ class RangeStore:
         Every partition asked for has an entry, empty when the store has nothing for it.
         """
         out: dict[tuple[str, int], list[Token]] = {key: [] for key in floors}
-        if not floors:
-            return out
-        where: list[ColumnElement[bool]] = [
-            TABLE.c.group_id == group,
-            TABLE.c.topic.in_(sorted({topic for topic, _ in floors})),
-            TABLE.c.partition.in_(sorted({partition for _, partition in floors})),
-        ]
-        if all(floor is not None for floor in floors.values()):
-            lowest = min(floor for floor in floors.values() if floor is not None)
-            where.append(or_(TABLE.c.end_offset > lowest, TABLE.c.state == TokenState.OPEN.value))
-        for token in self._select(where, f"reading ranges of {len(floors)} partition(s) of {group!r}", skip_corrupt):
-            key = (token.topic, token.partition)
-            if key not in floors:
-                continue  # the cross product of the topics and partitions asked for
-            floor = floors[key]
-            if floor is None or token.progress.end > floor or token.is_open:
-                out[key].append(token)
+        for piece in chunked(sorted(floors)):  # IN lists of at most IN_CHUNK values (old SQLite builds)
+            keys = set(piece)
+            where: list[ColumnElement[bool]] = [
+                TABLE.c.group_id == group,
+                TABLE.c.topic.in_(sorted({topic for topic, _ in keys})),
+                TABLE.c.partition.in_(sorted({partition for _, partition in keys})),
+            ]
+            if all(floors[key] is not None for key in keys):
+                lowest = min(floor for key in keys if (floor := floors[key]) is not None)
+                where.append(or_(TABLE.c.end_offset > lowest, TABLE.c.state == TokenState.OPEN.value))
+            action = f"reading ranges of {len(floors)} partition(s) of {group!r}"
+            for token in self._select(where, action, skip_corrupt):
+                key = (token.topic, token.partition)
+                if key not in keys:
+                    continue  # the cross product of the topics and partitions asked for
+                floor = floors[key]
+                if floor is None or token.progress.end > floor or token.is_open:
+                    out[key].append(token)
         return out
 
     def ranges(self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False) -> list[Token]:
@@ -381,13 +383,16 @@ class RangeStore:
         ids = sorted({check_int("token id", i, 1) for i in token_ids})
         if not ids:
             return 0
+        deleted = 0
         with self._tx(f"deleting {len(ids)} open range(s) of group {group!r}", write=True) as conn:
-            res = conn.execute(
-                delete(TABLE).where(
-                    TABLE.c.id.in_(ids), TABLE.c.group_id == group, TABLE.c.state == TokenState.OPEN.value
+            for piece in chunked(ids):
+                res = conn.execute(
+                    delete(TABLE).where(
+                        TABLE.c.id.in_(piece), TABLE.c.group_id == group, TABLE.c.state == TokenState.OPEN.value
+                    )
                 )
-            )
-            return int(res.rowcount)
+                deleted += int(res.rowcount)
+        return deleted
 
 
 def open_store(

@@ -11,9 +11,9 @@ at the moment the locks are held and nothing is written yet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -32,6 +32,19 @@ from fastrecover.tokens import Token, TokenState
 TABLE = RANGES
 #: The natural key of a range (``uq_fastrecover_ranges_key``): creating a range is idempotent on it.
 _KEY_COLUMNS = ("group_id", "topic", "partition", "start_offset")
+#: Values in one ``IN`` list, and keys per statement where a statement has three such lists.  SQLite
+#: builds before 3.32 allow 999 bound parameters per statement (later ones 32,766, PostgreSQL
+#: 65,535): without the cut, a recovery of a few hundred partitions on such a build failed, and so
+#: did every later one (no fast recovery for that consumer, ever).
+IN_CHUNK = 300
+
+_T = TypeVar("_T")
+
+
+def chunked(values: Sequence[_T], size: int = IN_CHUNK) -> Iterator[Sequence[_T]]:
+    """``values`` in consecutive pieces of at most ``size`` (each one statement's ``IN`` list)."""
+    for first in range(0, len(values), size):
+        yield values[first : first + size]
 
 
 def now() -> datetime:
@@ -66,16 +79,20 @@ def insert_ranges(
     rows = [_new_row(group, topic, partition, start, end, owner, stamp) for topic, partition, start, end in spans]
     _insert_ignore(conn, rows)
     hooks.fire("token-write")  # fault point: inserted, not yet committed
-    wanted = {(topic, partition, start) for topic, partition, start, _ in spans}
-    found = conn.execute(
-        select(TABLE).where(
-            TABLE.c.group_id == group,
-            TABLE.c.topic.in_(sorted({k[0] for k in wanted})),
-            TABLE.c.partition.in_(sorted({k[1] for k in wanted})),
-            TABLE.c.start_offset.in_(sorted({k[2] for k in wanted})),
-        )
-    ).mappings()
-    return [row for row in found if (row["topic"], row["partition"], row["start_offset"]) in wanted]
+    out: list[Mapping[Any, Any]] = []
+    for piece in chunked(sorted({(topic, partition, start) for topic, partition, start, _ in spans})):
+        wanted = set(piece)
+        found = conn.execute(
+            select(TABLE).where(
+                TABLE.c.group_id == group,
+                TABLE.c.topic.in_(sorted({k[0] for k in wanted})),
+                TABLE.c.partition.in_(sorted({k[1] for k in wanted})),
+                TABLE.c.start_offset.in_(sorted({k[2] for k in wanted})),
+            )
+        ).mappings()
+        # the cross product may hold another piece's key: each key is taken from its own piece only
+        out.extend(row for row in found if (row["topic"], row["partition"], row["start_offset"]) in wanted)
+    return out
 
 
 def _new_row(
@@ -144,9 +161,13 @@ _WRITE_PROGRESS = (
 
 def locked_rows(conn: Connection, ids: Sequence[int]) -> dict[int, Mapping[Any, Any]]:
     """The rows with these ids, locked until the transaction ends; missing ids are absent."""
-    # FOR UPDATE in id order (PostgreSQL) so concurrent batches cannot deadlock;
-    # SQLite ignores it and is already serialized by BEGIN IMMEDIATE.
-    return {int(r["id"]): r for r in conn.execute(_LOCKED_ROWS, {"ids": sorted(set(ids))}).mappings()}
+    # FOR UPDATE in id order (PostgreSQL, pieces in ascending order too) so concurrent batches cannot
+    # deadlock; SQLite ignores it and is already serialized by BEGIN IMMEDIATE.
+    return {
+        int(r["id"]): r
+        for piece in chunked(sorted(set(ids)))
+        for r in conn.execute(_LOCKED_ROWS, {"ids": list(piece)}).mappings()
+    }
 
 
 def claim_rows(conn: Connection, ids: Sequence[int], owner: str) -> tuple[list[Token], int]:
@@ -159,16 +180,21 @@ def claim_rows(conn: Connection, ids: Sequence[int], owner: str) -> tuple[list[T
     rows = locked_rows(conn, ids)
     hooks.fire("claim")  # fault point: row locks held, nothing written yet
     open_ids = [i for i in sorted(rows) if token_from_row(rows[i]).is_open]
-    if open_ids:
+    stamp = now()
+    for piece in chunked(open_ids):
         conn.execute(
             update(TABLE)
-            .where(TABLE.c.id.in_(open_ids), TABLE.c.state == TokenState.OPEN.value)
-            .values(epoch=TABLE.c.epoch + 1, owner=owner, updated_at=now())
+            .where(TABLE.c.id.in_(piece), TABLE.c.state == TokenState.OPEN.value)
+            .values(epoch=TABLE.c.epoch + 1, owner=owner, updated_at=stamp)
         )
     if not rows:
         return [], 0
-    fresh = conn.execute(select(TABLE).where(TABLE.c.id.in_(sorted(rows)))).mappings().all()
-    return sorted((token_from_row(r) for r in fresh), key=lambda t: t.id), len(open_ids)
+    fresh = [
+        token_from_row(r)
+        for piece in chunked(sorted(rows))
+        for r in conn.execute(select(TABLE).where(TABLE.c.id.in_(piece))).mappings()
+    ]
+    return sorted(fresh, key=lambda t: t.id), len(open_ids)
 
 
 def apply_progress(conn: Connection, updates: Sequence[ProgressUpdate]) -> CommitResult:

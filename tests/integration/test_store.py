@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ from fastrecover.tokens import TokenState
 
 GROUP = "g1"
 TOPIC = "orders"
+#: sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER (Python 3.11+; SQLite's own constant, 9)
+_SQLITE_LIMIT_VARIABLE_NUMBER = getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", 9)
 
 _CHECKS = (
     "ck_fastrecover_ranges_start_nonneg",
@@ -686,3 +689,50 @@ def test_partitions_ranges_reads_each_partition_with_its_own_floor(store: RangeS
         assert all(t.group == "g" for tokens in answer.values() for t in tokens)
     assert low in store.partitions_ranges("g", {("t", 1): 20})[("t", 1)]
     assert store.partitions_ranges("g", {}) == {}
+
+
+def test_many_partitions_fit_the_bound_parameter_limit_of_old_sqlite_builds(store: RangeStore) -> None:
+    """SQLite builds before 3.32 allow 999 bound parameters per statement (Python linked to an old
+    system SQLite has them).  Recovery reads and writes every partition it was given in a few
+    statements, so their IN lists are cut into pieces: 1,350 partitions of three topics (450 each, so
+    pieces straddle topics and the topic x partition cross product of one piece names keys of another)
+    go through every statement with a list of ids or keys, on SQLite with that old limit in force."""
+    if store.engine.dialect.name == "sqlite":
+
+        @sa.event.listens_for(store.engine, "connect")
+        def _old_limit(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.setlimit(_SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+
+        store.engine.dispose()  # every connection from here on has the old limit
+        with store.engine.connect() as conn, pytest.raises(sa.exc.OperationalError, match="too many SQL variables"):
+            conn.execute(
+                sa.text("SELECT 1 WHERE 1 IN (" + ",".join(f":p{i}" for i in range(1000)) + ")"),
+                {f"p{i}": i for i in range(1000)},
+            )
+    keys = [(f"t{t}", p) for t in range(3) for p in range(450)]
+    spans = [(topic, partition, 10 * partition, 10 * partition + 5) for topic, partition in keys]
+    created = store.create_ranges(GROUP, spans, "a")
+    assert sorted(created) == sorted((topic, partition, start) for topic, partition, start, _ in spans)
+    assert all(t.progress.end == t.progress.start + 5 and t.is_open for t in created.values())
+
+    floors = {key: (None if key[1] % 2 else 0) for key in keys}
+    found = store.partitions_ranges(GROUP, floors)
+    assert sorted(found) == sorted(keys)
+    assert all([t.id for t in found[key]] == [created[(key[0], key[1], 10 * key[1])].id] for key in keys)
+
+    ids = sorted(t.id for t in created.values())
+    claimed = store.claim_many(ids, "b")
+    assert [t.id for t in claimed] == ids
+    assert all(t.owner == "b" and t.epoch == 2 for t in claimed)
+
+    result = store.commit_progress(
+        [
+            ProgressUpdate(t.id, "b", 2, RangeProgress(t.progress.start, t.progress.end, t.progress.start + 2))
+            for t in claimed
+        ]
+    )
+    assert result.fenced == [] and len(result.tokens) == len(ids)
+    assert all(t.progress.committed == t.progress.start + 2 for t in result.tokens)
+
+    assert store.delete_open(GROUP, ids) == len(ids)
+    assert store.open_ranges(GROUP) == []
