@@ -134,22 +134,29 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             KafkaException, and what the application's callbacks raise, as plain.
         """
         fr = self._fr
-        if fr is not None and fr.fast_calls and timeout is fr.fast_timeout:
+        if fr is not None and fr.fast_calls:
             # The steady state (no range; records untracked, see ParallelMode.poll), inlined: poll() runs
-            # once per record, and a second frame plus a clock read cost more than half a µs here.  It
-            # serves calls with the very timeout object of the call that started the run (a loop's
-            # constant), whose wait ParallelMode.poll worked out: the timeout, or one slice of a longer
-            # wait, whose rest ParallelMode.poll waits in slices (a recovery in the wait gives the child
-            # a backlog that librdkafka's wait does not see).
-            fr.fast_calls -= 1
-            msg = _K.poll(self, fr.fast_wait)
-            if msg is None:
-                fr.fast_calls = 0  # nothing came: the next call reads the clock (the tick)
-                if fr.fast_wait is not timeout:
-                    return fr.poll(timeout if timeout is None or timeout < 0 else max(0.0, timeout - _SLICE))
+            # once per record, and a second frame plus a clock read cost more than half a µs here.  A
+            # call passing the very timeout object of the call that started the run (a loop's constant)
+            # waits what that call worked out: the timeout, or one slice of a longer wait; another float
+            # longer than a slice waits one slice.  The rest of a longer wait is ParallelMode.poll's, in
+            # slices (a recovery in the wait gives the child a backlog librdkafka's wait does not see).
+            if timeout is fr.fast_timeout:
+                wait: float | None = fr.fast_wait
+            elif type(timeout) is float and timeout > _SLICE:
+                wait = _SLICE
             else:
-                fr.primary_messages += 1
-            return msg  # type: ignore[no-any-return]
+                wait = None  # the full path below (a short wait worked out anew, or a wrong type)
+            if wait is not None:
+                fr.fast_calls -= 1
+                msg = _K.poll(self, wait)
+                if msg is None:
+                    fr.fast_calls = 0  # nothing came: the next call reads the clock (the tick)
+                    if wait is not timeout:
+                        return fr.poll(timeout if timeout is None or timeout < 0 else max(0.0, timeout - _SLICE))
+                else:
+                    fr.primary_messages += 1
+                return msg  # type: ignore[no-any-return]
         if fr is None or (timeout is not None and type(timeout) not in _NUMBER):
             return _K.poll(self, timeout) if fr is None else fr.note_primary(_K.poll(self, timeout))  # type: ignore[arg-type]
         return fr.poll(timeout)

@@ -204,7 +204,17 @@ def test_commit_of_an_unassigned_partition_fails_as_plain_does(
 
 
 @pytest.mark.parametrize(
-    "call", ["poll(None)", "poll(-1)", "consume(-1)", "poll(3600)", "consume(3600)", "fast poll(None)", "fast poll(60)"]
+    "call",
+    [
+        "poll(None)",
+        "poll(-1)",
+        "consume(-1)",
+        "poll(3600)",
+        "consume(3600)",
+        "fast poll(None)",
+        "fast poll(60)",
+        "fast-computed poll(60)",
+    ],
 )
 def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
     call: str, bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
@@ -227,7 +237,10 @@ def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
     if fast:
         # as if records had been flowing: the call starts on Consumer.poll's inlined steady path
         assert consumer._fr is not None
-        consumer._fr.fast_calls, consumer._fr.fast_timeout, consumer._fr.fast_wait = 5, timeout, IDLE_SLICE_S
+        # "fast": the call passes the run's own timeout object; "fast-computed": another float (a timeout
+        # the application computes per call), which the inlined path serves too
+        run_timeout = timeout if fast == "fast" else -2.0
+        consumer._fr.fast_calls, consumer._fr.fast_timeout, consumer._fr.fast_wait = 5, run_timeout, IDLE_SLICE_S
 
     def first_call() -> None:
         try:
