@@ -125,16 +125,24 @@ class ParallelMode(Handover):
         self.child_runs.extend(runs)
         return msgs
 
+    def steady_wait(self, deadline: float | None) -> tuple[float, float] | None:
+        """The steady state's next wait on the primary and its slice, after the tick if one is due;
+        None when that tick ended the steady state."""
+        now = time.monotonic()
+        if now >= self.next_tick:
+            self.tick(now)
+        if not self.steady:
+            return None
+        piece = self.wait_slice(now)
+        return _wait(deadline, now, piece), piece
+
     def poll(self, timeout: float | None) -> Message | None:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
             if self.steady:  # no backfill under way: the primary alone, its records untracked (positions)
-                now = time.monotonic()
-                if now >= self.next_tick:
-                    self.tick(now)
-                if self.steady:
-                    piece = self.wait_slice(now)
-                    wait = _wait(deadline, now, piece)
+                waits = self.steady_wait(deadline)
+                if waits is not None:
+                    wait, piece = waits
                     # the clock was read: the next calls with this timeout skip it (Consumer.poll), each
                     # waiting for the timeout or, if longer, one slice
                     self.fast_calls = _FAST_CALLS
@@ -165,12 +173,9 @@ class ParallelMode(Handover):
         deadline = None if timeout < 0 else time.monotonic() + timeout
         while True:
             if self.steady:
-                now = time.monotonic()
-                if now >= self.next_tick:
-                    self.tick(now)
-                if self.steady:
-                    piece = self.wait_slice(now)
-                    wait = _wait(deadline, now, piece)
+                waits = self.steady_wait(deadline)
+                if waits is not None:
+                    wait, piece = waits
                     msgs = _K.consume(self.app, num, wait)
                     if msgs or wait < piece:
                         self.primary_messages += len(msgs)
