@@ -8,7 +8,8 @@
 #   make lint     ruff check, ruff format --check, mypy (strict on fastrecover and the tools; tests checked too)
 #   make clean    caches and build output; `make distclean` also removes .venv
 #
-# The install step reruns only when pyproject.toml or tools/pyproject.toml is newer than .venv/.installed;
+# The install step reruns only when pyproject.toml, tools/pyproject.toml or the C extension (hatch_build.py,
+# fastrecover/_fastpoll.c, built in place by the editable install) is newer than .venv/.installed;
 # pip's default cache keeps reinstalls fast.
 
 SHELL := bash
@@ -38,7 +39,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --upgrade pip
 
 # Order-only: the venv must exist, but a newer interpreter alone does not trigger a reinstall.
-$(STAMP): pyproject.toml tools/pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml tools/pyproject.toml hatch_build.py fastrecover/_fastpoll.c | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[$(EXTRAS)]' -e ./tools
 	touch $@
 
@@ -64,6 +65,7 @@ lint: venv
 
 clean:
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -f fastrecover/_fastpoll*.so fastrecover/_fastpoll*.pyd $(STAMP)  # the in-place extension: the next make rebuilds it
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
 

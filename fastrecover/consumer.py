@@ -17,9 +17,11 @@ from typing import Any
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from fastrecover._accel import fast_poll
 from fastrecover.config import ENABLE_KEYS, child_config, parse_bool, split_config
 from fastrecover.errors import ConfigError
 from fastrecover.metrics import ConsumerMetrics
+from fastrecover.mode_state import FAST_CALLS
 from fastrecover.mode_state import IDLE_SLICE_S as _SLICE
 from fastrecover.parallel import ParallelMode
 from fastrecover.ranges import RangeProgress
@@ -358,6 +360,11 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The steady path of poll() in C when the extension is built (fastrecover/_accel.py); the Python
+# method above is the reference and handles every other call.
+Consumer.poll = fast_poll(_K.poll, Consumer.poll, _SLICE, FAST_CALLS)  # type: ignore[method-assign]
 
 
 class _PlainMode(Consumer):

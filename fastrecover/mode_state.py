@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from fastrecover._accel import StateBase
 from fastrecover.batches import GapEvent, Run, SkipEvent
 from fastrecover.book import RangeBook
 from fastrecover.child import ChildReader
@@ -51,6 +52,11 @@ def key_of(tp: TopicPartition) -> TopicPartitionKey:
 #: returned at once: records kept across slices could be committed by a revoke before the application
 #: saw them.  An idle consumer wakes this often.
 IDLE_SLICE_S = 0.05
+#: poll() calls the steady state serves without reading the clock, while each returns a record: the
+#: tick then runs at most this many records late (an idle poll() ends the run at once).  The C path
+#: (fastrecover/_fastpoll.c) reads the clock itself at the end of a run and starts the next one when
+#: no tick is due, so there a run ends only for a tick, a join, an empty poll or a change of state.
+FAST_CALLS = 64
 #: the slice while an assignment is expected (after subscribe() or a revoke, until the next assignment):
 #: the backlog of a recovery then starts at most this long after it
 JOIN_SLICE_S = 0.01
@@ -59,7 +65,7 @@ JOIN_SLICE_S = 0.01
 _JOIN_WAIT_S = 60.0
 
 
-class ModeState:
+class ModeState(StateBase):  # type: ignore[misc,valid-type]
     """The mode-on state of one consumer (``app`` is the application's object)."""
 
     def __init__(self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings) -> None:

@@ -26,7 +26,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from fastrecover.batches import Run
 from fastrecover.handover import Handover
 from fastrecover.metrics import ConsumerMetrics, backfill_by_partition
-from fastrecover.mode_state import IDLE_SLICE_S, key_of
+from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S, key_of
 from fastrecover.ranges import (
     RangeProgress,
 )
@@ -35,9 +35,6 @@ from fastrecover.tokens import Token, TopicPartitionKey
 log = logging.getLogger("fastrecover.consumer")
 
 _TICK_S = 0.05
-#: poll() calls the steady state serves without reading the clock, while each returns a record: the
-#: tick then runs at most this many records late (an idle poll() ends the run at once)
-_FAST_CALLS = 64
 _WAIT_SLICE_S = 0.02
 _K = _KafkaConsumer
 
@@ -145,7 +142,7 @@ class ParallelMode(Handover):
                     wait, piece = waits
                     # the clock was read: the next calls with this timeout skip it (Consumer.poll), each
                     # waiting for the timeout or, if longer, one slice
-                    self.fast_calls = _FAST_CALLS
+                    self.fast_calls = FAST_CALLS
                     self.fast_timeout = timeout
                     self.fast_wait = timeout if timeout is not None and 0 <= timeout <= IDLE_SLICE_S else IDLE_SLICE_S
                     msg = _K.poll(self.app, wait)

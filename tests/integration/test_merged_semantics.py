@@ -203,6 +203,10 @@ def test_commit_of_an_unassigned_partition_fails_as_plain_does(
     assert os.path.exists(store_url.removeprefix("sqlite:///")) or store_url.startswith("postgresql")
 
 
+class _PythonPoll(Consumer):
+    poll = getattr(Consumer.poll, "slow", Consumer.poll)
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -214,6 +218,9 @@ def test_commit_of_an_unassigned_partition_fails_as_plain_does(
         "fast poll(None)",
         "fast poll(60)",
         "fast-computed poll(60)",
+        "python:fast poll(None)",
+        "python:fast poll(60)",
+        "python:fast-computed poll(60)",
     ],
 )
 def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
@@ -229,7 +236,11 @@ def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
     lag_after_crash(
         bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=300
     )
-    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    impl, _, call = call.rpartition(":")
+    # "python:": the Python method that is the C steady path's reference (and its fallback where the
+    # extension is not built); the other cases run Consumer.poll as shipped, the C path in make test
+    cls = _PythonPoll if impl == "python" else Consumer
+    consumer = cls(parallel_config(bootstrap, unique_group, store_url))
     outcome: list[Any] = []
     fast, _, spelled = call.rpartition(" ")
     api, _, arg = spelled.partition("(")

@@ -1,0 +1,46 @@
+"""The optional C steady path of ``Consumer.poll()`` (``fastrecover/_fastpoll.c``), and its switch.
+
+poll() runs once per record; in Python even a bare forwarding method costs more than issue 9's
+budget over confluent_kafka's own poll().  The extension repeats the Python fast path of
+:meth:`fastrecover.consumer.Consumer.poll` branch for branch and leaves every other case to it, so
+the Python code stays the reference: set ``FASTRECOVER_PURE_PYTHON=1`` (read at import) to run it
+alone, or run where the extension was not built.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("fastrecover.accel")
+
+#: the environment variable that turns the C path off (any value but "", "0", "false", "no")
+PURE_PYTHON_ENV = "FASTRECOVER_PURE_PYTHON"
+
+_fastpoll: Any = None
+if os.environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("", "0", "false", "no"):
+    try:
+        import fastrecover._fastpoll as _fastpoll  # the one module that loads the extension
+    except ImportError as exc:  # a source checkout or a platform without a compiler: the Python path
+        log.debug("fastrecover._fastpoll not available (%s): Consumer.poll() runs in Python", exc)
+
+#: True when Consumer.poll()'s steady path runs in C
+ENABLED: bool = _fastpoll is not None
+
+#: the base of ModeState: the fast path's counters as C fields when the extension is there
+StateBase: type = _fastpoll.FastState if ENABLED else object
+
+
+def fast_poll(kafka_poll: Callable[..., Any], py_poll: Callable[..., Any], slice_s: float, run: int) -> Any:
+    """``py_poll`` with its steady path in C when the extension is there, else ``py_poll`` itself.
+
+    The result binds like a function and carries ``py_poll``'s name, docstring and signature
+    (``__wrapped__``), so ``help()``, ``inspect.signature`` and ``super().poll`` see one method.
+    """
+    if not ENABLED:
+        return py_poll
+    fast = _fastpoll.FastPoll(kafka_poll, py_poll, float(slice_s), run)
+    return functools.update_wrapper(fast, py_poll)
