@@ -130,6 +130,10 @@ class ParallelMode(Handover):
             self.tick(now)
         if not self.steady:
             return None
+        return self.next_wait(deadline, now)
+
+    def next_wait(self, deadline: float | None, now: float) -> tuple[float, float]:
+        """The next wait on the primary (a slice, or what is left before ``deadline``) and the slice."""
         piece = self.wait_slice(now)
         return _wait(deadline, now, piece), piece
 
@@ -154,9 +158,7 @@ class ParallelMode(Handover):
                         return None  # the deadline came
                     continue  # a slice of the wait ended: the state may have changed in it (a recovery)
             if not self.backfilling:
-                now = self.begin()
-                piece = self.wait_slice(now)
-                wait = _wait(deadline, now, piece)
+                wait, piece = self.next_wait(deadline, self.begin())
                 msg = self.note_primary(_K.poll(self.app, wait))
                 if msg is not None or wait < piece:
                     return msg
@@ -180,8 +182,7 @@ class ParallelMode(Handover):
                     continue  # a slice of the wait ended: the state may have changed in it (a recovery)
             now = self.begin()
             if not self.backfilling:
-                piece = self.wait_slice(now)
-                wait = _wait(deadline, now, piece)
+                wait, piece = self.next_wait(deadline, now)
                 msgs = self.note_batch(_K.consume(self.app, num, wait))
                 if msgs or wait < piece:
                     return msgs
