@@ -147,7 +147,7 @@ def test_chaos_config_repr_hides_the_store_password(tmp_path: Path) -> None:
 def test_chaos_workers_get_the_secret_through_the_environment(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://app:{SECRET}@127.0.0.1:5432/db"
     driver = ChaosDriver(ChaosConfig(bootstrap="127.0.0.1:1", store_url=url, workdir=tmp_path, topics=1))
-    argv, _, _ = driver._argv(driver.members[0], False)
+    argv, _, _, _ = driver._argv(driver.members[0], False)
     assert not _leaks(" ".join(argv))
     assert "--store-url" in argv
     assert driver._env["PGPASSWORD"] == SECRET

@@ -42,7 +42,7 @@ def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fastrecover_tools.chaos.driver import COMMIT_MODES
+    from fastrecover_tools.chaos.driver import APIS, COMMIT_MODES
 
     p.add_argument(
         "--bootstrap-servers",
@@ -60,6 +60,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_names(COMMIT_MODES),
         default=list(COMMIT_MODES),
         help="commit styles drawn per incarnation (default: message,message-async,store,sync,async,auto)",
+    )
+    p.add_argument(
+        "--apis",
+        type=_names(APIS),
+        default=list(APIS),
+        help="read calls drawn per incarnation: consume (batches of 100), poll (a record a call) (default: both)",
     )
     p.add_argument("--commit-every", type=int, default=50, help="records between sync/async commits")
     p.add_argument("--min-offsets", type=int, default=20, help="fastrecover.backfill.min.offsets")
@@ -133,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             partitions=args.partitions,
             rate=args.rate,
             commit_modes=args.commit_modes,
+            apis=args.apis,
             commit_every=args.commit_every,
             min_offsets=args.min_offsets,
             session_ms=args.session_ms,

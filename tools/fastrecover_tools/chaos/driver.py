@@ -64,6 +64,8 @@ from fastrecover_tools.testing.worker import STALL_POINTS
 log = logging.getLogger("fastrecover_tools.chaos")
 
 COMMIT_MODES = ("message", "message-async", "store", "sync", "async", "auto")
+#: how an incarnation reads: consume(batch) or poll() per record (poll's steady path is C, consume's Python)
+APIS = ("consume", "poll")
 _TICK_S = 0.02
 #: How many arrivals at a stall point before blocking there, per point: (low, high).
 _STALL_AFTER = {
@@ -89,6 +91,7 @@ class ChaosConfig:
     partitions: int = 6
     rate: float = 300.0
     commit_modes: Sequence[str] = COMMIT_MODES
+    apis: Sequence[str] = APIS
     commit_every: int = 50
     batch: int = 100
     min_offsets: int = 20
@@ -114,6 +117,8 @@ class ChaosConfig:
         bad = [m for m in self.commit_modes if m not in COMMIT_MODES]
         if bad or not self.commit_modes:
             raise ValueError(f"commit modes must be among {COMMIT_MODES}, got {list(self.commit_modes)}")
+        if not self.apis or any(a not in APIS for a in self.apis):
+            raise ValueError(f"apis must be among {APIS}, got {list(self.apis)}")
         bad = [p for p in self.stall_points if p not in STALL_POINTS]
         if bad:
             raise ValueError(f"stall points must be among {STALL_POINTS}, got {bad}")
@@ -141,6 +146,7 @@ class ChaosResult:
     fatal_exits: int = 0
     commit_failures: Counter[str] = field(default_factory=Counter)
     commit_modes: Counter[str] = field(default_factory=Counter)
+    apis: Counter[str] = field(default_factory=Counter)
     recoveries: int = 0
     degraded_recoveries: int = 0
     produced_failed: int = 0
@@ -158,9 +164,11 @@ class WorkerProc:
         env: dict[str, str],
         commit_mode: str = "",
         module: str = "fastrecover_tools.testing.worker",
+        api: str = "consume",
     ) -> None:
         self.name = name
         self.commit_mode = commit_mode
+        self.api = api
         self.member = name.split("#", 1)[0]
         safe = name.replace("#", "-")
         self.ledger = workdir / "ledger" / f"{safe}.ledger"
@@ -328,9 +336,10 @@ class ChaosDriver:
 
     # ---- members -------------------------------------------------------------------------------
 
-    def _argv(self, member: _Member, faults: bool) -> tuple[list[str], str | None, str]:
+    def _argv(self, member: _Member, faults: bool) -> tuple[list[str], str | None, str, str]:
         c = self.config
         mode = self.rng.choice(list(c.commit_modes))
+        api = self.rng.choice(list(c.apis))
         argv = [
             "--bootstrap",
             c.bootstrap,
@@ -351,6 +360,8 @@ class ChaosDriver:
             str(c.batch),
             "--work-us",
             str(c.work_us),
+            "--api",
+            api,
         ]
         for t in self.topics:
             argv += ["--topic", t]
@@ -364,7 +375,7 @@ class ChaosDriver:
         if faults and self.rng.random() < c.fail_child_share:
             argv += ["--fail-child-after", str(self.rng.randint(1, 5))]
         argv += list(c.worker_args)
-        return argv, stall, mode
+        return argv, stall, mode, api
 
     def spawn(self, member: _Member | int, *, faults: bool = True, extra: Sequence[str] = ()) -> WorkerProc:
         """Start a new incarnation of ``member`` (a member or its index)."""
@@ -372,11 +383,11 @@ class ChaosDriver:
             member = self.members[member]
         member.incarnations += 1
         name = f"{member.name}#{member.incarnations}"
-        argv, stall, mode = self._argv(member, faults)
+        argv, stall, mode, api = self._argv(member, faults)
         if faults and self.faults_for is not None:
             argv += self.faults_for(self, name)
         argv += [*extra, "--member", name]
-        proc = WorkerProc(name, argv, self.workdir, self._env, mode, module=self.config.worker_module)
+        proc = WorkerProc(name, argv, self.workdir, self._env, mode, module=self.config.worker_module, api=api)
         self.procs.append(proc)
         member.proc = proc
         member.restart_at = None
@@ -384,7 +395,7 @@ class ChaosDriver:
         member.uptime = self.rng.uniform(*self.config.up_s)
         member.kill_at = None  # set once the consumer is up: uptime counts from its "started"
         member.stall_deadline = time.monotonic() + self.config.up_s[1] + 15 if stall else None
-        log.info("started %s (commit=%s%s)", name, mode, f", stall at {stall}" if stall else "")
+        log.info("started %s (commit=%s, %s%s)", name, mode, api, f", stall at {stall}" if stall else "")
         return proc
 
     def _kill(self, member: _Member, how: str) -> None:
@@ -674,6 +685,7 @@ class ChaosDriver:
         )
         for p in self.procs:
             result.commit_modes[p.commit_mode] += 1
+            result.apis[p.api] += 1
             for e in p.count("stalled"):
                 result.stalls[str(e.get("point"))] += 1
             result.child_failures += len(p.count("child-failure-injected"))

@@ -93,6 +93,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--session-ms", type=int, default=3000)
     p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--api", choices=["consume", "poll"], default="consume", help="consume(--batch) or poll()")
     p.add_argument(
         "--first-fresh-after",
         type=float,
@@ -242,7 +243,11 @@ def run(argv: list[str] | None = None) -> int:
     chaos = args.member is not None
     with open(args.ledger, "a", buffering=1) as ledger:
         while not stop.is_set():
-            batch = consumer.consume(args.batch, 0.2)
+            if args.api == "poll":  # one record a call: the path of applications that poll() per record
+                one = consumer.poll(0.2)
+                batch = [] if one is None else [one]
+            else:
+                batch = consumer.consume(args.batch, 0.2)
             if args.parallel:
                 reported = _report_recoveries(consumer, reported)
             routes = _routes(consumer) if chaos and args.parallel and batch else {}
