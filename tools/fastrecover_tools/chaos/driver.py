@@ -91,7 +91,9 @@ class ChaosConfig:
     partitions: int = 6
     rate: float = 300.0
     commit_modes: Sequence[str] = COMMIT_MODES
-    apis: Sequence[str] = APIS
+    #: consume() alone by default, so a seed gives the schedule it gave before poll() was added (the fault
+    #: tests fix their seeds); `fastrecover chaos` draws both unless told otherwise
+    apis: Sequence[str] = ("consume",)
     commit_every: int = 50
     batch: int = 100
     min_offsets: int = 20
@@ -339,7 +341,8 @@ class ChaosDriver:
     def _argv(self, member: _Member, faults: bool) -> tuple[list[str], str | None, str, str]:
         c = self.config
         mode = self.rng.choice(list(c.commit_modes))
-        api = self.rng.choice(list(c.apis))
+        # drawn only when there is a choice: a single API leaves the seed's schedule as it was before --apis
+        api = self.rng.choice(list(c.apis)) if len(c.apis) > 1 else c.apis[0]
         argv = [
             "--bootstrap",
             c.bootstrap,
