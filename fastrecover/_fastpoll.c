@@ -5,7 +5,7 @@
  * method of any kind in front of confluent_kafka's poll() costs 7 % of the plain consumer's CPU
  * per record (a frame and its argument handling), more than issue 9's budget of 5 %.  This file
  * holds no decision of its own: it repeats, branch for branch, the inlined steady path of
- * fastrecover/consumer.py (_py_poll), which stays the reference and the fallback when the
+ * fastrecover/consumer.py (the Python method Consumer.poll), which stays the reference and the fallback when the
  * extension is not built.  Anything the fast path does not recognise goes to the Python method.
  *
  * Two types:
