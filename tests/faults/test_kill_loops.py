@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
 
+from fastrecover_tools.chaos.checker import read_ledgers
+from fastrecover_tools.chaos.driver import ChaosDriver
+from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, cycles, verdict_ok
 
 pytestmark = pytest.mark.faults
@@ -50,7 +55,13 @@ def test_three_members_random_kills_fence_and_finish_every_range(
         stall_share=0.3,
         fail_child_share=0.1,
     )
-    result = driver.run()
+    try:
+        _hand_over_a_range(driver)
+        driver.chaos(n)
+    except BaseException:
+        driver.abort()
+        raise
+    result = driver.finish()
     table = verdict_ok(result)
     v = result.verdict
     assert v.ok, table
@@ -60,3 +71,43 @@ def test_three_members_random_kills_fence_and_finish_every_range(
     assert v.ranges_open == 0, "every range finished by whoever owns its partition\n" + table
     assert v.ranges_handed_over > 0, "rebalances must move ranges between members\n" + table
     assert v.kills >= n, table
+
+
+def _hand_over_a_range(driver: ChaosDriver) -> None:
+    """The scripted first act of fault 2: a range one member began is finished by another.
+
+    Random kills move a range only when its owner dies mid-backfill and stays down past the session
+    timeout, and whether a seed's schedule does that depends on timing (two CI runs missed it). So
+    it is made to happen: m2 is set to stall at its first backfilled record; m1 dies and stays down,
+    so its lagging partitions go to m2 and m3, who open ranges on them; m2 stalls inside one and is
+    SIGKILLed; once its session is over the others take its partitions and the open range with them.
+    """
+    driver.start(spawn=False)
+    driver.spawn(0, faults=False)
+    stalling = driver.spawn(1, faults=False, extra=["--stall-at", "backfill", "--stall-after", "1"])
+    driver.spawn(2, faults=False)
+    wait_for(
+        lambda: stalling.has("stalled") or all(driver.finished_by(i, 0) > 0 for i in range(3)),
+        90,
+        0.1,
+        "all three members to read",
+    )
+    m1_down = not stalling.has("stalled")
+    if m1_down:
+        driver.kill(0)
+    wait_for(lambda: stalling.has("stalled"), 90, 0.1, "m2 to stall in a range of m1's lagging partitions")
+    driver.kill(1)
+    if m1_down:
+        driver.spawn(0, faults=False)
+    wait_for(lambda: _ranges_of_two_members(driver) > 0, 120, 0.25, "another member to take over m2's range")
+    driver.spawn(1)  # back to the random schedule
+
+
+def _ranges_of_two_members(driver: ChaosDriver) -> int:
+    """Ranges whose backfilled records were finished by more than one member (the checker's rule)."""
+    entries, _bad = read_ledgers(sorted((driver.workdir / "ledger").glob("*.ledger")))
+    members: dict[int, set[str]] = defaultdict(set)
+    for e in entries:
+        if e.token is not None:
+            members[e.token].add(e.member)
+    return sum(1 for m in members.values() if len(m) > 1)
