@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from confluent_kafka import ConsumerGroupType
+from confluent_kafka.admin import AdminClient
 
 from fastrecover_tools.testing.broker import delete_topic
 
@@ -17,7 +19,11 @@ pytestmark = pytest.mark.faults
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_chaos_command_prints_the_table_and_writes_the_verdict(bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("group_protocol", "broker"), [("classic", "bootstrap"), ("consumer", "kip848_bootstrap")])
+def test_chaos_command_prints_the_table_and_writes_the_verdict(
+    group_protocol: str, broker: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    bootstrap: str = request.getfixturevalue(broker)
     out = tmp_path / "verdict.json"
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")])
@@ -46,6 +52,8 @@ def test_chaos_command_prints_the_table_and_writes_the_verdict(bootstrap: str, t
             "0,1",
             "--seed",
             "1",
+            "--group-protocol",
+            group_protocol,
             "--workdir",
             str(tmp_path / "run"),
             "--json",
@@ -63,6 +71,13 @@ def test_chaos_command_prints_the_table_and_writes_the_verdict(bootstrap: str, t
         assert "| records lost" in proc.stdout and "verdict: PASS: nothing lost" in proc.stdout, proc.stdout
         assert verdict["verdict"]["ok"] and verdict["verdict"]["lost"] == 0
         assert verdict["verdict"]["kills"] >= 3
+        assert f"({group_protocol} group)" in proc.stdout, proc.stdout[:500]
+        # the broker's word that the members formed a group of that protocol
+        group = verdict["group"]
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a collected client never answers
+        described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        expected = ConsumerGroupType.CONSUMER if group_protocol == "consumer" else ConsumerGroupType.CLASSIC
+        assert described.type == expected, described
     finally:
         for topic in verdict.get("topics", []):
             delete_topic(bootstrap, topic)

@@ -19,6 +19,9 @@ log = logging.getLogger("fastrecover_tools.chaos")
 EXIT_PASS = 0
 EXIT_FAIL = 1
 
+#: group.protocol values a campaign can run with (classic groups, or KIP-848 consumer groups)
+GROUP_PROTOCOLS = ("classic", "consumer")
+
 
 def _pair(text: str) -> tuple[float, float]:
     try:
@@ -71,6 +74,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-offsets", type=int, default=20, help="fastrecover.backfill.min.offsets")
     p.add_argument("--session-ms", type=int, default=3000)
     p.add_argument("--no-static", action="store_true", help="dynamic membership (no group.instance.id)")
+    p.add_argument(
+        "--group-protocol",
+        choices=GROUP_PROTOCOLS,
+        default="classic",
+        help="the members' group.protocol (default classic). With consumer (KIP-848) the broker's "
+        "group.consumer.session.timeout.ms, not --session-ms, decides when a dead member's partitions move: "
+        "brokers this project starts set 3 s, Kafka's default is 45 s",
+    )
     p.add_argument(
         "--up",
         type=_pair,
@@ -152,9 +163,10 @@ def run(args: argparse.Namespace) -> int:
             work_us=args.work_us,
             seed=args.seed,
             drain_timeout_s=args.drain_timeout,
+            worker_args=[] if args.group_protocol == "classic" else ["--set", f"group.protocol={args.group_protocol}"],
         )
         print(
-            f"chaos: {args.members} members, {args.cycles} kill cycles, {args.topics} topics x "
+            f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, {args.topics} topics x "
             f"{args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {mask_url(store_url)}; "
             f"work dir {workdir}",
             flush=True,
