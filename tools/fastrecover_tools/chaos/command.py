@@ -166,8 +166,8 @@ def run(args: argparse.Namespace) -> int:
             worker_args=[] if args.group_protocol == "classic" else ["--set", f"group.protocol={args.group_protocol}"],
         )
         print(
-            f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, {args.topics} topics x "
-            f"{args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {mask_url(store_url)}; "
+            f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "
+            f"{args.topics} topics x {args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {mask_url(store_url)}; "
             f"work dir {workdir}",
             flush=True,
         )
