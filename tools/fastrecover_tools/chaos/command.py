@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
         )
         print(
             f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "
-            f"{args.topics} topics x {args.partitions} partitions at {args.rate:g} records/s; broker {servers}; store {mask_url(store_url)}; "
+            f"{args.topics} topics x {args.partitions} partitions at {args.rate:g} records/s; "
+            f"broker {servers}; store {mask_url(store_url)}; "
             f"work dir {workdir}",
             flush=True,
         )
