@@ -167,6 +167,19 @@ def _drop_consumer(conf: Mapping[str, str]) -> None:
             log.debug("closing a range-read consumer: %r", exc)
 
 
+def _close_consumers() -> None:
+    """Close every cached range-read consumer (a process that reads ranges in-process, such as a test
+    session, calls this when done: a Spark worker keeps its consumers until it exits)."""
+    with _CONSUMERS_LOCK:
+        consumers = list(_CONSUMERS.values())
+        _CONSUMERS.clear()
+    for consumer in consumers:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing a range-read consumer: %r", exc)
+
+
 def _arrow_batch(msgs: list[Message], piece: Piece, schema: Any) -> Any:
     """One Arrow batch in the source schema from messages of one piece (column by column: no per-row work
     beyond reading the message fields)."""

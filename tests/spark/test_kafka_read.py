@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fastrecover.spark.kafka import DataLossError, LogView, read_pieces
+from fastrecover.spark.kafka import DataLossError, LogView, _close_consumers, read_pieces
 from fastrecover.spark.offsets import LogBounds, Piece
 from fastrecover.spark.source import arrow_schema
 from fastrecover.tokens import TopicPartitionKey
@@ -16,6 +17,14 @@ from fastrecover_tools.testing.broker import produce
 from tests.fixtures.broker import TopicFactory
 
 pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _closed_readers() -> Iterator[None]:
+    """read_pieces keeps a consumer per configuration for the process (a Spark worker's life); this
+    process is the test session, so they are closed when the module is done."""
+    yield
+    _close_consumers()
 
 
 def read_offsets(bootstrap: str, pieces: list[Piece], *, fail_on_data_loss: bool = True) -> list[int]:
