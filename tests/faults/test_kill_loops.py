@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import time
 
 import pytest
 
-from fastrecover_tools.chaos.checker import read_ledgers
+from fastrecover_tools.chaos.checker import ranges_handed_over, read_ledgers
 from fastrecover_tools.chaos.driver import ChaosDriver
 from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, cycles, verdict_ok
@@ -78,12 +78,14 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
 
     Random kills move a range only when its owner dies mid-backfill and stays down past the session
     timeout, and whether a seed's schedule does that depends on timing (two CI runs missed it). So
-    it is made to happen: m2 is set to stall at its first backfilled record; m1 dies and stays down,
-    so its lagging partitions go to m2 and m3, who open ranges on them; m2 stalls inside one and is
-    SIGKILLed; once its session is over the others take its partitions and the open range with them.
+    it is made to happen: m2 is set to stall at its first backfilled record; m1 commits every record
+    (a partition without a committed offset gets no range: its new owner reads it from the start),
+    dies and stays down, so its lagging partitions go to m2 and m3, who open ranges on them; m2
+    stalls inside one and is SIGKILLed; once its session is over the others take its partitions and
+    the open range with them.
     """
     driver.start(spawn=False)
-    driver.spawn(0, faults=False)
+    driver.spawn(0, faults=False, extra=["--commit", "message"])
     stalling = driver.spawn(1, faults=False, extra=["--stall-at", "backfill", "--stall-after", "1"])
     driver.spawn(2, faults=False)
     wait_for(
@@ -92,6 +94,14 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
         0.1,
         "all three members to read",
     )
+    # m1 reads on after the group settled (100 records, about 16 per partition), committing each one
+    settled_ms = int(time.time() * 1000)
+    wait_for(
+        lambda: stalling.has("stalled") or driver.finished_by(0, settled_ms) >= 100,
+        90,
+        0.1,
+        "m1 to commit on its partitions",
+    )
     m1_down = not stalling.has("stalled")
     if m1_down:
         driver.kill(0)
@@ -99,15 +109,11 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     driver.kill(1)
     if m1_down:
         driver.spawn(0, faults=False)
-    wait_for(lambda: _ranges_of_two_members(driver) > 0, 120, 0.25, "another member to take over m2's range")
+    ledgers = driver.workdir / "ledger"
+    wait_for(
+        lambda: ranges_handed_over(read_ledgers(sorted(ledgers.glob("*.ledger")))[0]) > 0,
+        120,
+        0.25,
+        "another member to take over m2's range",
+    )
     driver.spawn(1)  # back to the random schedule
-
-
-def _ranges_of_two_members(driver: ChaosDriver) -> int:
-    """Ranges whose backfilled records were finished by more than one member (the checker's rule)."""
-    entries, _bad = read_ledgers(sorted((driver.workdir / "ledger").glob("*.ledger")))
-    members: dict[int, set[str]] = defaultdict(set)
-    for e in entries:
-        if e.token is not None:
-            members[e.token].add(e.member)
-    return sum(1 for m in members.values() if len(m) > 1)

@@ -273,6 +273,15 @@ def _incarnation_stats(v: Verdict, ledger: Sequence[LedgerEntry], incarnations: 
     v.never_fresh = len(incarnations) - len(ttf)
 
 
+def ranges_handed_over(ledger: Iterable[LedgerEntry]) -> int:
+    """Ranges whose backfilled records were finished by more than one member (not incarnation)."""
+    members: dict[int, set[str]] = defaultdict(set)
+    for e in ledger:
+        if e.token is not None:
+            members[e.token].add(e.member)
+    return sum(1 for m in members.values() if len(m) > 1)
+
+
 def _range_stats(v: Verdict, ledger: Sequence[LedgerEntry], tokens: Sequence[Token]) -> None:
     v.ranges_opened = len(tokens)
     v.ranges_open = sum(1 for t in tokens if t.is_open)
@@ -280,20 +289,18 @@ def _range_stats(v: Verdict, ledger: Sequence[LedgerEntry], tokens: Sequence[Tok
     v.range_claims = sum(max(0, t.epoch - 1) for t in tokens)
     holders: dict[tuple[int, int], set[str]] = defaultdict(set)
     windows: dict[int, dict[str, list[int]]] = defaultdict(dict)
-    members: dict[int, set[str]] = defaultdict(set)
     for e in ledger:
         if e.token is None:
             continue
         v.backfilled_records += 1
         holders[(e.token, e.epoch or 0)].add(e.incarnation)
-        members[e.token].add(e.member)
         w = windows[e.token].get(e.incarnation)
         if w is None:
             windows[e.token][e.incarnation] = [e.done_ms, e.done_ms]
         else:
             w[0] = min(w[0], e.done_ms)
             w[1] = max(w[1], e.done_ms)
-    v.ranges_handed_over = sum(1 for m in members.values() if len(m) > 1)
+    v.ranges_handed_over = ranges_handed_over(ledger)
     for (token, epoch), incs in sorted(holders.items()):
         if len(incs) > 1:
             v.epoch_conflicts += 1
