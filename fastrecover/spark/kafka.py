@@ -161,10 +161,7 @@ def _drop_consumer(conf: Mapping[str, str]) -> None:
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.pop(key, None)
     if consumer is not None:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("closing a range-read consumer: %r", exc)
+        _close(consumer)
 
 
 def _close_consumers() -> None:
@@ -174,10 +171,14 @@ def _close_consumers() -> None:
         consumers = list(_CONSUMERS.values())
         _CONSUMERS.clear()
     for consumer in consumers:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("closing a range-read consumer: %r", exc)
+        _close(consumer)
+
+
+def _close(consumer: Any) -> None:
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.debug("closing a range-read consumer: %r", exc)
 
 
 def _arrow_batch(msgs: list[Message], piece: Piece, schema: Any) -> Any:

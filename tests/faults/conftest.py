@@ -16,18 +16,19 @@ from typing import Any
 
 import pytest
 
+from fastrecover_tools.chaos.driver import GROUP_PROTOCOLS as GROUP_PROTOCOLS  # the fault tests' parametrisation
 from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult, WorkerProc
 from fastrecover_tools.chaos.report import format_result
 from fastrecover_tools.testing.waiting import wait_for
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
-#: Group protocols the fault tests run with (issue 10: KIP-848 groups on the real broker).
+#: Group protocols the fault tests run with: the driver's GROUP_PROTOCOLS, imported above (issue 10:
+#: KIP-848 groups on the real broker).
 #: ``chaos_driver`` makes KIP-848 members dynamic unless asked otherwise: a static member restarted
 #: before the broker expired its SIGKILLed predecessor is fenced with UNRELEASED_INSTANCE_ID, a fatal
 #: error, which would only renumber the incarnations the fault tests follow; the kill loops keep
 #: static members (``static=True``) and exercise that path on purpose.
-GROUP_PROTOCOLS = ("classic", "consumer")
 
 #: The scripted fault tests' campaign: one member on one 3-partition topic, no random kills (the
 #: test kills and restarts the member itself).
@@ -64,16 +65,15 @@ def chaos_driver(
         """``static`` defaults to static members for classic groups and dynamic ones for KIP-848 groups
         (see GROUP_PROTOCOLS); the kill loops ask for static KIP-848 members on purpose."""
         kwargs["static"] = group_protocol == "classic" if static is None else static
+        kwargs["group_protocol"] = group_protocol
         servers = bootstrap_servers or bootstrap
         names = None
         make_topic = topic_factory
-        if group_protocol != "classic":
+        if group_protocol != "classic" and bootstrap_servers is None:
             # KIP-848 groups: a broker that fences dead members within seconds (the worker leaves out
             # the classic-only client keys librdkafka refuses under group.protocol=consumer)
-            if bootstrap_servers is None:
-                servers = request.getfixturevalue("kip848_bootstrap")
-                make_topic = request.getfixturevalue("kip848_topic_factory")
-            kwargs["worker_args"] = [*kwargs.get("worker_args", ()), "--set", f"group.protocol={group_protocol}"]
+            servers = request.getfixturevalue("kip848_bootstrap")
+            make_topic = request.getfixturevalue("kip848_topic_factory")
         if bootstrap_servers is None:
             names = [make_topic(partitions=partitions) for _ in range(topics)]
         seed = int(os.environ.get("FASTRECOVER_CHAOS_SEED", "0")) or zlib.crc32(request.node.name.encode())

@@ -12,15 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fastrecover.store.engine import mask_url
-from fastrecover_tools.testing.worker import STALL_POINTS
+from fastrecover_tools.testing.worker import APIS, STALL_POINTS
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
-
-#: group.protocol values a campaign can run with (classic groups, or KIP-848 consumer groups)
-GROUP_PROTOCOLS = ("classic", "consumer")
 
 
 def _pair(text: str) -> tuple[float, float]:
@@ -45,7 +42,7 @@ def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fastrecover_tools.chaos.driver import APIS, COMMIT_MODES
+    from fastrecover_tools.chaos.driver import COMMIT_MODES, GROUP_PROTOCOLS
 
     p.add_argument(
         "--bootstrap-servers",
@@ -163,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
             work_us=args.work_us,
             seed=args.seed,
             drain_timeout_s=args.drain_timeout,
-            worker_args=[] if args.group_protocol == "classic" else ["--set", f"group.protocol={args.group_protocol}"],
+            group_protocol=args.group_protocol,
         )
         print(
             f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "

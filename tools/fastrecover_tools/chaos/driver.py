@@ -59,13 +59,13 @@ from fastrecover_tools.chaos.checker import (
 from fastrecover_tools.chaos.producer import SequencedProducer, read_topic
 from fastrecover_tools.testing.broker import create_topic
 from fastrecover_tools.testing.waiting import Deadline
-from fastrecover_tools.testing.worker import STALL_POINTS
+from fastrecover_tools.testing.worker import APIS, STALL_POINTS
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
 COMMIT_MODES = ("message", "message-async", "store", "sync", "async", "auto")
-#: how an incarnation reads: consume(batch) or poll() per record (poll's steady path is C, consume's Python)
-APIS = ("consume", "poll")
+#: group.protocol values a campaign can run with (classic groups, or KIP-848 consumer groups)
+GROUP_PROTOCOLS = ("classic", "consumer")
 _TICK_S = 0.02
 #: How many arrivals at a stall point before blocking there, per point: (low, high).
 _STALL_AFTER = {
@@ -94,6 +94,9 @@ class ChaosConfig:
     #: consume() alone by default, so a seed gives the schedule it gave before poll() was added (the fault
     #: tests fix their seeds); `fastrecover chaos` draws both unless told otherwise
     apis: Sequence[str] = ("consume",)
+    #: the members' group.protocol; with "consumer" the broker's group.consumer.session.timeout.ms decides
+    #: when a dead member's partitions move (session_ms is a classic-group setting)
+    group_protocol: str = "classic"
     commit_every: int = 50
     batch: int = 100
     min_offsets: int = 20
@@ -121,6 +124,8 @@ class ChaosConfig:
             raise ValueError(f"commit modes must be among {COMMIT_MODES}, got {list(self.commit_modes)}")
         if not self.apis or any(a not in APIS for a in self.apis):
             raise ValueError(f"apis must be among {APIS}, got {list(self.apis)}")
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(f"group_protocol must be one of {GROUP_PROTOCOLS}, got {self.group_protocol!r}")
         bad = [p for p in self.stall_points if p not in STALL_POINTS]
         if bad:
             raise ValueError(f"stall points must be among {STALL_POINTS}, got {bad}")
@@ -377,6 +382,8 @@ class ChaosDriver:
             argv += ["--stall-at", stall, "--stall-after", str(self.rng.randint(low, high))]
         if faults and self.rng.random() < c.fail_child_share:
             argv += ["--fail-child-after", str(self.rng.randint(1, 5))]
+        if c.group_protocol != "classic":
+            argv += ["--set", f"group.protocol={c.group_protocol}"]  # the worker drops the classic-only keys
         argv += list(c.worker_args)
         return argv, stall, mode, api
 

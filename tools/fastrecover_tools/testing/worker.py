@@ -55,6 +55,8 @@ FATAL_EXIT = 3
 CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
 
 STALL_POINTS = ("batch", "backfill", "token-write", "claim", "store-commit", "between-commits")
+#: how the worker reads: consume(--batch), or poll() per record (poll's steady path is C, consume's Python)
+APIS = ("consume", "poll")
 
 
 def _emit(event: str, **fields: Any) -> None:
@@ -93,7 +95,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--session-ms", type=int, default=3000)
     p.add_argument("--batch", type=int, default=100)
-    p.add_argument("--api", choices=["consume", "poll"], default="consume", help="consume(--batch) or poll()")
+    p.add_argument("--api", choices=APIS, default="consume", help="consume(--batch) or poll()")
     p.add_argument(
         "--first-fresh-after",
         type=float,
