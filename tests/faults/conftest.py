@@ -23,12 +23,11 @@ from fastrecover_tools.testing.waiting import wait_for
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
-#: Group protocols the fault tests run with: the driver's GROUP_PROTOCOLS, imported above (issue 10:
-#: KIP-848 groups on the real broker).
-#: ``chaos_driver`` makes KIP-848 members dynamic unless asked otherwise: a static member restarted
-#: before the broker expired its SIGKILLed predecessor is fenced with UNRELEASED_INSTANCE_ID, a fatal
-#: error, which would only renumber the incarnations the fault tests follow; the kill loops keep
-#: static members (``static=True``) and exercise that path on purpose.
+# The fault tests run with every one of the driver's GROUP_PROTOCOLS, imported above (issue 10:
+# KIP-848 groups on the real broker). ``chaos_driver`` makes KIP-848 members dynamic unless asked
+# otherwise: a static member restarted before the broker expired its SIGKILLed predecessor is fenced
+# with UNRELEASED_INSTANCE_ID, a fatal error, which would only renumber the incarnations the fault
+# tests follow; the kill loops keep static members (``static=True``) and exercise that path on purpose.
 
 #: The scripted fault tests' campaign: one member on one 3-partition topic, no random kills (the
 #: test kills and restarts the member itself).

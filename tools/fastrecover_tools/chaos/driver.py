@@ -449,10 +449,17 @@ class ChaosDriver:
 
     # ---- the run -------------------------------------------------------------------------------
 
-    def run(self) -> ChaosResult:
-        """The whole campaign: start, ``cycles`` kills, drain, verdict."""
-        self.start()
+    def run(self, opening: Callable[[ChaosDriver], None] | None = None) -> ChaosResult:
+        """The whole campaign: start, ``cycles`` kills, drain, verdict.
+
+        ``opening`` is a scripted first act for a test that must make one event happen whatever the
+        seed's schedule: it runs once the producer is up, spawns the members itself, and the random
+        kills follow it.  Whatever fails, nothing the campaign started is left running.
+        """
         try:
+            self.start(spawn=opening is None)
+            if opening is not None:
+                opening(self)
             self.chaos(self.config.cycles)
         except BaseException:
             self.abort()
