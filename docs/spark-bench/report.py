@@ -20,8 +20,22 @@ def _fmt(values: list[float]) -> str:
     return f"{med:.2f} ({min(values):.2f}-{max(values):.2f}, n={len(values)})"
 
 
+def _results() -> dict[str, dict]:
+    """Every run's result by name.  A file of experiments holds several results under ``runs``, each tagged
+    with its ``variant``; they are listed as ``file#name``."""
+    results = {}
+    for path in sorted(HERE.glob("*.json")):
+        data = json.loads(path.read_text())
+        nested = data.get("runs", {})
+        if nested and all(isinstance(v, dict) and "variant" in v for v in nested.values()):
+            results.update({f"{path.name}#{name}": r for name, r in nested.items()})
+        else:
+            results[path.name] = data
+    return results
+
+
 def main() -> int:
-    results = {p.name: json.loads(p.read_text()) for p in sorted(HERE.glob("*.json"))}
+    results = _results()
     lines = [
         "| file | sink | lag | source | restart -> first fresh record (s) | restart -> lag drained (s) | load avg |",
         "| --- | --- | ---: | --- | --- | --- | --- |",
@@ -38,6 +52,8 @@ def main() -> int:
                     loads = [x["load_avg_1m"] for x in runs if "load_avg_1m" in x]
                     load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
                     lines.append(f"| {name} | {sink} | {int(lag):,} | {src} | {_fmt(fresh)} | {_fmt(drain)} | {load} |")
+                    if r.get("variant", "current") != "current":
+                        continue  # a variant that did not land: in the table, not in the plot
                     plot.setdefault(f"{src} first fresh", {}).setdefault((sink, int(lag)), []).extend(fresh)
                     plot.setdefault(f"{src} drained", {}).setdefault((sink, int(lag)), []).extend(drain)
     print("\n".join(lines))

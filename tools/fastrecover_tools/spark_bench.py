@@ -44,8 +44,13 @@ log = logging.getLogger("fastrecover.spark")
 #: spark-kafka: Spark's built-in source; fastrecover-jvm: fastrecover.spark.start_stream (planning in
 #: format("fastrecover"), records read by Spark's JVM Kafka reader); fastrecover: format("fastrecover")
 #: reading records in Python workers; fastrecover-kafka: fastrecover.spark.start_kafka_stream (Spark's own
-#: source for live records, the driver jumps the checkpoint and reads the lag in chunks with the JVM reader).
-SOURCES = ("spark-kafka", "fastrecover-jvm", "fastrecover", "fastrecover-kafka")
+#: source for live records, the driver jumps the checkpoint and reads the lag in chunks with the JVM reader);
+#: fastrecover-kafka-no-jump: start_kafka_stream with a lag threshold above any lag, so it never jumps and
+#: Spark's source reads the lag with the first fresh records (what a user gets by choosing drain over freshness).
+SOURCES = ("spark-kafka", "fastrecover-jvm", "fastrecover", "fastrecover-kafka", "fastrecover-kafka-no-jump")
+_KAFKA_STREAM = ("fastrecover-kafka", "fastrecover-kafka-no-jump")
+#: fastrecover.backfill.min.offsets of fastrecover-kafka-no-jump: far above any real lag (offsets are 63-bit)
+NO_JUMP_MIN_OFFSETS = 1 << 62
 SINKS = ("count", "parquet", "python-udf")
 PARTITIONS = 2
 FRESH_RATE = 500  # fresh records per second during the restart
@@ -204,8 +209,10 @@ def _options(source: str, bootstrap: str, topic: str, store_url: str, query: str
             ),
             "backfillTasks": str(BACKFILL_TASKS),
         }
-    if source == "fastrecover-kafka":  # start_kafka_stream's own defaults, as a user gets them
+    if source in _KAFKA_STREAM:  # start_kafka_stream's own defaults, as a user gets them
         del opts["maxBackfillOffsetsPerTrigger"], opts["backfillTasks"]
+    if source == "fastrecover-kafka-no-jump":
+        opts["fastrecover.backfill.min.offsets"] = str(NO_JUMP_MIN_OFFSETS)
     opts.update(extra)
     if source == "spark-kafka":
         opts = {k: v for k, v in opts.items() if not k.startswith(("fastrecover.", "maxBackfill", "backfill"))}
@@ -217,7 +224,7 @@ def _start(spark: Any, source: str, options: dict[str, str], sink: Any, checkpoi
         from fastrecover.spark import start_stream
 
         return start_stream(spark, options, sink, checkpoint)
-    if source == "fastrecover-kafka":
+    if source in _KAFKA_STREAM:
         from fastrecover.spark import start_kafka_stream
 
         return start_kafka_stream(spark, options, sink, checkpoint)
@@ -602,6 +609,8 @@ def _result(
                 "maxBackfillOffsetsPerTrigger": BACKFILL_PER_TRIGGER,
                 "maxBackfillOffsetsPerTrigger (fastrecover-jvm)": JVM_BACKFILL_PER_TRIGGER,
                 "fastrecover-kafka": "start_kafka_stream's defaults (5M offsets per chunk, a task per core)",
+                "fastrecover-kafka-no-jump": "fastrecover-kafka with fastrecover.backfill.min.offsets="
+                f"{NO_JUMP_MIN_OFFSETS}",
                 "backfillTasks": BACKFILL_TASKS,
             },
             "steady_max_offsets_per_trigger": STEADY_PER_TRIGGER,
