@@ -14,6 +14,8 @@ no Python process plans batches.  Recovery happens in the driver, before
    (durably, before anything else changes), then a batch ending at the log end
    is appended to the offset and commit logs.  Spark resumes after it, with
    fresh records only.
+   Not under a one-shot trigger (``once``, ``availableNow``): the journal's chunks are read first, each
+   in a batch of its own, and Spark reads the lag itself.
 3. Every later batch reads its *chunk* of the journalled ranges (at most
    ``maxBackfillOffsetsPerTrigger`` offsets, split into ``backfillTasks``
    tasks) with Spark's batch Kafka reader and unions it with the live records
@@ -244,6 +246,13 @@ class _Batches:
             self._journal.chunk(batch_id, self._opts.max_backfill),
         )
 
+    def drain(self, batch_id: int) -> bool:
+        """Run batch ``batch_id`` as a batch of the backlog alone (no live records): its chunk, journalled
+        first, through the user's function.  False when the batch has no chunk (the one after a jump)."""
+        chunk = self._journal.chunk(batch_id, self._opts.max_backfill)
+        self._deliver(batch_id, [], chunk)
+        return bool(chunk)
+
     def _deliver(self, batch_id: int, frames: list[Any], chunk: list[Piece]) -> None:
         """The user's function over the batch's live frames and its chunk (nothing to read: not called)."""
         if chunk:
@@ -377,8 +386,16 @@ def _log_offsets(
         admin.close(jvm.Duration.ofSeconds(5))
 
 
-def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: SourceOptions) -> None:
-    """Before Spark starts: finish what a dead driver left half done, then jump over the lag."""
+def _recover(
+    files: _Checkpoint, batches: _Batches, journal: _Journal, opts: SourceOptions, *, one_shot: bool = False
+) -> None:
+    """Before Spark starts: finish what a dead driver left half done, then jump over the lag.
+
+    Under a one-shot trigger (``once``, ``availableNow``) there is no jump: Spark runs only the batches
+    such a trigger finds live records for, and the batch after a jump reads no chunk, so a jumped lag
+    would wait in the journal for a continuous run, perhaps until retention deleted it.  The run reads
+    everything available anyway; what earlier runs journalled is read first (:func:`_drain`).
+    """
     ids = files.batch_ids("offsets")
     if not ids:
         return  # a new query: Spark's source starts at startingOffsets
@@ -398,6 +415,9 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
     journal.tidy(last)
     trace("kafka-stream recover: tidied")
     entry, where = _offset_entry(files, last)
+    if one_shot:
+        _drain(files, batches, journal, last, entry)
+        return
     committed = _kafka_end(entry, where)
     ends = batches.log_offsets(list(committed), earliest=False)
     trace("kafka-stream recover: log ends read")
@@ -418,6 +438,29 @@ def _recover(files: _Checkpoint, batches: _Batches, journal: _Journal, opts: Sou
         sum(map(len, ranges)),
         jump,
     )
+
+
+def _drain(files: _Checkpoint, batches: _Batches, journal: _Journal, last: int, entry: OffsetLogEntry) -> None:
+    """Every chunk the journal owes, each in a batch of its own, before Spark starts.
+
+    A batch here is what Spark would log for a batch without live records: the last batch's offsets
+    again.  Its offset log entry is written, then its chunk is journalled and goes through the user's
+    function, then its commit lands.  A crash in between leaves an uncommitted batch whose Kafka offsets
+    did not move, which the next start runs again with the same chunk and batch id (step 1 of
+    :func:`_recover`; a chunk depends only on the journal's earlier entries).
+    """
+    empty = 0
+    while journal.owed():
+        batch = last + 1
+        entry = entry.with_source(_KAFKA, entry.sources[_KAFKA], int(time.time() * 1000))
+        files.write(f"offsets/{batch}", entry.render())
+        read = batches.drain(batch)
+        _commit(files, batch)
+        last = batch
+        empty = 0 if read else empty + 1
+        if empty > 1:  # only the batch right after a jump has no chunk while the journal owes offsets
+            raise CheckpointError(f"{files.location}: the journal owes {journal.owed()} offsets but gives no chunk")
+    trace("kafka-stream recover: journal drained")
 
 
 def _commit(files: _Checkpoint, batch_id: int) -> None:
@@ -487,6 +530,12 @@ def _query_source(spark: Any, stream_options: Mapping[str, str], include_headers
     return reader.load().unionByName(_ticker(spark, include_headers))
 
 
+def _one_shot(trigger: Mapping[str, Any] | None) -> bool:
+    """Whether ``trigger`` (DataStreamWriter.trigger's keyword arguments) stops the query once it has read
+    what is available: ``once`` or ``availableNow``."""
+    return any(bool(trigger.get(key)) for key in ("once", "availableNow")) if trigger else False
+
+
 def start_kafka_stream(
     spark: Any,
     options: Mapping[str, str],
@@ -507,7 +556,9 @@ def start_kafka_stream(
     ``backfill`` column.  ``backfillTasks`` defaults to Spark's cores and
     ``maxBackfillOffsetsPerTrigger`` to 5,000,000 here.  The checkpoint must be
     one this function created: the recovery edits it before Spark starts
-    (docs/spark.md).  Needs ``spark-sql-kafka-0-10`` on the classpath.
+    (docs/spark.md).  Under a one-shot ``trigger`` (``once``, ``availableNow``) the
+    lag is not jumped, and a backlog earlier runs left is read before Spark starts.
+    Needs ``spark-sql-kafka-0-10`` on the classpath.
     Returns the StreamingQuery.
 
     Raises:
@@ -531,7 +582,7 @@ def start_kafka_stream(
     with ThreadPoolExecutor(1, thread_name_prefix="fastrecover-query") as pool:
         building = pool.submit(_query_source, spark, stream_options, opts.include_headers)
         trace("kafka-stream recover")
-        _recover(files, batches, journal, opts)
+        _recover(files, batches, journal, opts, one_shot=_one_shot(trigger))
         trace("kafka-stream recovered")
         source = building.result()
     owed = journal.owed()

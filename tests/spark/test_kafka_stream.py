@@ -164,6 +164,79 @@ def test_a_batch_left_uncommitted_runs_again_with_the_same_records_before_the_ju
     assert sorted(delivered) == [(p, o) for p in (0, 1) for o in range(ends[p])]
 
 
+def _owed(checkpoint: Path) -> int:
+    """Offsets the checkpoint's journal still owes: the jumps' ranges minus the chunks journalled so far."""
+
+    def total(directory: str) -> int:
+        folder = checkpoint / "fastrecover" / directory
+        files = [f for f in folder.iterdir() if f.name.isdigit()] if folder.exists() else []
+        return sum(len(piece) for f in files for piece in parse_journal(f.read_text(), f.name))
+
+    return total("jumps") - total("chunks")
+
+
+def test_a_one_shot_trigger_reads_the_journal_first_and_jumps_nothing(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+) -> None:
+    """Under availableNow Spark runs only batches with live records, and the batch after a jump reads no
+    chunk: a jumped lag, or one an earlier continuous run left owed, must still be read, once."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="400")
+    produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: _kinds(sink)["W"] >= 4, 120, "the warm-up records")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    # A continuous run jumps 4,000 offsets of lag; its second chunk batch fails (once), which stops it with
+    # 800 of the 4,000 offsets journalled as chunks and the second chunk's batch uncommitted.
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(4000)])
+    jump = max(_batch_ids(checkpoint / "offsets")) + 1
+    sink.fail_batches.add(jump + 3)
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        wait_for(lambda: query.exception() is not None, 180, 0.1, "the failing batch to stop the query")
+    finally:
+        query.stop()
+    assert _batch_ids(checkpoint / "fastrecover" / "jumps") == [jump] and _owed(checkpoint) == 3200
+    # More downtime, then a one-shot run: it runs the failed batch again, then a batch of the backlog alone,
+    # then fails in the next one (as if the driver died there).
+    produce(bootstrap, topic, [Record(b"M%d" % i, partition=i % 2) for i in range(500)])
+    sink.fail_batches.add(jump + 5)
+    with pytest.raises(Exception, match="fails batch"):
+        start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"availableNow": True})
+    assert not (checkpoint / "commits" / str(jump + 5)).exists()
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"availableNow": True})
+    assert query.awaitTermination(180), "the availableNow run did not stop"
+    assert query.exception() is None, query.exception()
+
+    # No jump in the one-shot runs, and the journal owes nothing now.
+    assert _batch_ids(checkpoint / "fastrecover" / "jumps") == [jump] and _owed(checkpoint) == 0
+    # Each failed batch ran again with exactly the records of its first attempt.
+    attempts = {
+        b: [sorted((r.partition, r.offset) for r in rows) for c, rows in sink.batches() if c == b]
+        for b in (jump + 3, jump + 5)
+    }
+    assert all(len(a) == 2 and a[0] and a[0] == a[1] for a in attempts.values()), attempts
+    # The backlog came first, in batches of its own (no live record, at most 400 offsets each); then Spark
+    # read the second downtime's records itself, live.
+    after = [(b, rows) for b, rows in sink.batches() if b > jump + 3]
+    backlog = [b for b, rows in after if rows and all(r.backfill for r in rows)]
+    live = [b for b, rows in after if any(not r.backfill for r in rows)]
+    assert backlog and live and max(backlog) < min(live)
+    assert all(len(rows) <= 400 for b, rows in after if b in backlog)
+    assert all(not r.backfill for b, rows in after if b in live for r in rows if r.value.startswith("M"))
+    # Every offset of the log once over all runs (each failed batch counted once).
+    runs = Counter(b for b, _ in sink.batches())
+    assert {b for b, n in runs.items() if n != 1} == {jump + 3, jump + 5} and max(runs.values()) == 2
+    once = {b: rows for b, rows in sink.batches()}  # one attempt of each batch id
+    delivered = [(r.partition, r.offset) for rows in once.values() for r in rows]
+    ends = _log_end(bootstrap, topic, 2)
+    assert sorted(delivered) == [(p, o) for p in (0, 1) for o in range(ends[p])]
+
+
 def test_includeheaders_assign_and_a_new_query_start_as_spark_s_source(
     spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path
 ) -> None:
