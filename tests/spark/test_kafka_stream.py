@@ -63,6 +63,34 @@ def _kinds(sink: Sink, batches: set[int] | None = None) -> Counter[str]:
     return Counter(r.value[:1] for b, rows in sink.batches() if batches is None or b in batches for r in rows)
 
 
+def _warm_up(
+    spark: SparkSession, bootstrap: str, topic: str, options: dict[str, str], sink: Sink, checkpoint: Path
+) -> None:
+    """A first run that reads 4 records and commits: the checkpoint sits at the log end."""
+    produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: _kinds(sink)["W"] >= 4, 120, "the warm-up records")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def _run_until_failure(
+    spark: SparkSession, options: dict[str, str], sink: Sink, checkpoint: Path, batch: int, *, then: Any = None
+) -> None:
+    """A continuous run whose batch ``batch`` fails (once) in the user's function, which stops the query
+    with that batch uncommitted.  ``then()`` runs once the query has started."""
+    sink.fail_batches.add(batch)
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    try:
+        if then is not None:
+            then()
+        wait_for(lambda: query.exception() is not None, 180, 0.1, "the failing batch to stop the query")
+    finally:
+        query.stop()
+
+
 def test_a_restart_jumps_to_the_log_end_and_the_lag_drains_in_chunks_while_the_topic_is_idle(
     spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
 ) -> None:
@@ -126,24 +154,13 @@ def test_a_batch_left_uncommitted_runs_again_with_the_same_records_before_the_ju
     topic = topic_factory(partitions=2)
     checkpoint = tmp_path / "checkpoint"
     options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="300")
-    produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: _kinds(sink)["W"] >= 4, 120, "the warm-up records")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _warm_up(spark, bootstrap, topic, options, sink, checkpoint)
     produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(1000)])
     # The restart jumps at the next batch id; the batch after the next one reads the first chunk, and fails
     # (once): the query stops with that batch uncommitted.
     jump = max(_batch_ids(checkpoint / "offsets")) + 1
-    sink.fail_batches.add(jump + 2)
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        produce(bootstrap, topic, [Record(b"F0", partition=0)])
-        wait_for(lambda: query.exception() is not None, 180, 0.1, "the failing batch to stop the query")
-    finally:
-        query.stop()
+    fresh = [Record(b"F0", partition=0)]
+    _run_until_failure(spark, options, sink, checkpoint, jump + 2, then=lambda: produce(bootstrap, topic, fresh))
     failed = jump + 2
     first_attempt = sorted((r.partition, r.offset) for b, rows in sink.batches() if b == failed for r in rows)
     assert first_attempt and not (checkpoint / "commits" / str(failed)).exists()
@@ -183,23 +200,12 @@ def test_a_one_shot_trigger_reads_the_journal_first_and_jumps_nothing(
     topic = topic_factory(partitions=2)
     checkpoint = tmp_path / "checkpoint"
     options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="400")
-    produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: _kinds(sink)["W"] >= 4, 120, "the warm-up records")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _warm_up(spark, bootstrap, topic, options, sink, checkpoint)
     # A continuous run jumps 4,000 offsets of lag; its second chunk batch fails (once), which stops it with
     # 800 of the 4,000 offsets journalled as chunks and the second chunk's batch uncommitted.
     produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(4000)])
     jump = max(_batch_ids(checkpoint / "offsets")) + 1
-    sink.fail_batches.add(jump + 3)
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        wait_for(lambda: query.exception() is not None, 180, 0.1, "the failing batch to stop the query")
-    finally:
-        query.stop()
+    _run_until_failure(spark, options, sink, checkpoint, jump + 3)
     assert _batch_ids(checkpoint / "fastrecover" / "jumps") == [jump] and _owed(checkpoint) == 3200
     # More downtime, then a one-shot run: it runs the failed batch again, then a batch of the backlog alone,
     # then fails in the next one (as if the driver died there).
