@@ -449,16 +449,14 @@ def _drain(files: _Checkpoint, batches: _Batches, journal: _Journal, last: int, 
     did not move, which the next start runs again with the same chunk and batch id (step 1 of
     :func:`_recover`; a chunk depends only on the journal's earlier entries).
     """
-    empty = 0
+    batch = last
     while journal.owed():
-        batch = last + 1
+        batch += 1
         entry = entry.with_source(_KAFKA, entry.sources[_KAFKA], int(time.time() * 1000))
         files.write(f"offsets/{batch}", entry.render())
         read = batches.drain(batch)
         _commit(files, batch)
-        last = batch
-        empty = 0 if read else empty + 1
-        if empty > 1:  # only the batch right after a jump has no chunk while the journal owes offsets
+        if not read and batch - 1 not in journal.jumps:  # only the batch after a jump reads no chunk
             raise CheckpointError(f"{files.location}: the journal owes {journal.owed()} offsets but gives no chunk")
     trace("kafka-stream recover: journal drained")
 

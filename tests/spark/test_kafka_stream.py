@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,13 @@ def _warm_up(
 
 
 def _run_until_failure(
-    spark: SparkSession, options: dict[str, str], sink: Sink, checkpoint: Path, batch: int, *, then: Any = None
+    spark: SparkSession,
+    options: dict[str, str],
+    sink: Sink,
+    checkpoint: Path,
+    batch: int,
+    *,
+    then: Callable[[], object] | None = None,
 ) -> None:
     """A continuous run whose batch ``batch`` fails (once) in the user's function, which stops the query
     with that batch uncommitted.  ``then()`` runs once the query has started."""
