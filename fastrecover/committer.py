@@ -257,13 +257,21 @@ class RangeCommitter:
         result = job.result
         assert result is not None
         self.commits += 1
-        self.fencings += len(result.fenced)
+        # A result answers the claim it was written under: a range claimed again since (the same
+        # partitions assigned again, or lost and assigned back) is held at a newer epoch, which an
+        # old write neither fences nor settles.
+        sent = {u.token_id: u.epoch for u in job.updates}
         for token_id in result.fenced:
+            if not self._held_at(token_id, sent.get(token_id)):
+                continue
+            self.fencings += 1
             self._book.remove(token_id)
             self._on_fenced(token_id)
             log.warning("range #%d was taken over by another owner (fenced); dropping it here", token_id)
         out = []
         for token in result.tokens:
+            if not self._held_at(token.id, token.epoch):
+                continue
             self._book.settle(token)
             self.settled_keys.add(token.key)
             out.append(TopicPartition(token.topic, token.partition, token.progress.committed))
@@ -281,6 +289,16 @@ class RangeCommitter:
         if result.fenced and raise_errors:
             raise FencedError(f"ranges {sorted(result.fenced)} are held by another owner; not committed here")
         return out
+
+    def _held_at(self, token_id: int, epoch: int | None) -> bool:
+        """Whether the book holds range ``token_id`` at ``epoch`` (a result of an older claim: not)."""
+        held = self._book.get(token_id)
+        if held is None or held.token.epoch == epoch:
+            return True
+        log.debug(
+            "range #%d: a result for epoch %s ignored, the range is held at epoch %d", token_id, epoch, held.token.epoch
+        )
+        return False
 
     def _report(self, error: StoreError | None, tps: list[TopicPartition]) -> None:
         """Tell the application's on_commit, the way librdkafka reports Kafka commits."""

@@ -9,10 +9,10 @@ successor, a plain consumer included, starts where nothing is lost.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer as _KafkaConsumer
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from fastrecover.commits import CommitPaths
 from fastrecover.errors import StoreError
@@ -25,6 +25,9 @@ from fastrecover.ranges import (
 from fastrecover.recoverer import Recovered
 from fastrecover.store import ProgressUpdate
 from fastrecover.tokens import TopicPartitionKey
+
+if TYPE_CHECKING:  # the store module imports SQLAlchemy: a consumer with the mode off never loads it
+    from fastrecover.store import RangeStore
 
 log = logging.getLogger("fastrecover.handover")
 
@@ -43,6 +46,9 @@ class Handover(CommitPaths):
         if not self.in_rebalance and not incremental:
             keep = {key_of(tp) for tp in partitions}
             self.let_go([k for k in self.assigned if k not in keep], lost=False)
+        again = [k for k in dict.fromkeys(key_of(tp) for tp in partitions) if self.book.held(k)]
+        if again:  # recovery claims their ranges anew: what the current claim has not written would be re-read
+            self.committer.flush_sync(again, raise_errors=False)
         recovered = self.recoverer.recover(partitions)
         if self.in_rebalance:
             self.assigned_in_cb = True
@@ -162,11 +168,21 @@ class Handover(CommitPaths):
         fastrecover successor does not re-read it, while any successor, a plain
         consumer included, starts at the lowest offset not yet processed: turning the
         mode off, or a mixed group after a graceful hand-over, loses nothing.
+
+        "What the primary processed" is Kafka's committed offset, but never above the
+        primary's position: a committed offset is read from outside (another member, a
+        tool, an application bug can write any number), and a done token above what
+        this member returned would make every later recovery skip records it never saw.
+        Under ``enable.auto.commit`` librdkafka's offset store is flushed first (the
+        primary's progress may sit only there), and the handed-back offset is stored as
+        well: librdkafka commits the stored offsets of the partitions it unassigns, which
+        would otherwise put Kafka's offset back above the open ranges.
         """
         store = self.link.get()
         open_keys = [k for k in keys if any(not h.parked and not h.pending.done for h in self.book.held(k))]
         if store is None or not open_keys:
             return
+        flushed = self._commit_stored() if self.auto_commit else True
         try:
             current = {
                 key_of(tp): tp.offset
@@ -178,33 +194,65 @@ class Handover(CommitPaths):
             }
         except KafkaException as exc:
             log.warning("could not read committed offsets to hand ranges back: %s", exc)
-            return
+            current = {}
+        reached = dict(self.positions(open_keys) or [])
         tps = []
         for key in open_keys:
             held = [h for h in self.book.held(key) if not h.parked]
             lowest = min(h.pending.committed for h in held if not h.pending.done)
             primary_at = current.get(key, -1)
             if primary_at <= lowest:
+                if not flushed:  # librdkafka may hold a higher offset that its auto-commit would write
+                    tps.append(self.with_mirror(key, lowest, None))
                 continue
+            done_to = min(primary_at, reached.get((key.topic, key.partition), -1))
+            if primary_at > done_to:
+                log.warning(
+                    "%s: Kafka's committed offset %d is above what the primary returned (position %s); "
+                    "records up to offset %d only are handed back as done",
+                    key,
+                    primary_at,
+                    done_to if done_to >= 0 else "unknown",
+                    max(lowest, done_to),
+                )
             try:
-                known = [
-                    t.span for t in store.partition_ranges(self.group, key.topic, key.partition, ending_after=lowest)
-                ]
-                for gap in subtract(OffsetRange(lowest, primary_at), known):
-                    token = store.create_range(self.group, key.topic, key.partition, gap.start, gap.end, self.owner)
-                    # a token that already starts there (a concurrent writer) is not ours to finish
-                    if token.is_open and token.owner == self.owner and token.span == gap:
-                        store.commit_one(
-                            ProgressUpdate(
-                                token.id, self.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end)
-                            )
-                        )
+                self._record_done(store, key, OffsetRange(lowest, max(lowest, done_to)))
             except StoreError as exc:
                 log.warning("could not record %s's primary progress; its Kafka offset stays: %s", key, exc)
                 continue
             tps.append(self.with_mirror(key, lowest, None))
-        if tps:
+        if not tps:
+            return
+        try:
+            _K.commit(self.app, offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("could not hand ranges back to Kafka's offsets: %s", exc)
+        if self.auto_commit:
             try:
-                _K.commit(self.app, offsets=tps, asynchronous=False)
+                _K.store_offsets(self.app, offsets=tps)
             except KafkaException as exc:
-                log.warning("could not hand ranges back to Kafka's offsets: %s", exc)
+                log.warning("could not store the handed-back offsets for librdkafka's auto-commit: %s", exc)
+
+    def _commit_stored(self) -> bool:
+        """Commit what librdkafka's offset store holds (there is no call that reads it); False on failure."""
+        try:
+            _K.commit(self.app, asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._NO_OFFSET:
+                return True
+            log.warning("could not commit the stored offsets before handing ranges back: %s", exc)
+            return False
+        return True
+
+    def _record_done(self, store: RangeStore, key: TopicPartitionKey, span: OffsetRange) -> None:
+        """Done tokens over what the primary processed in ``span``, outside every range the store knows."""
+        if len(span) == 0:
+            return
+        known = [t.span for t in store.partition_ranges(self.group, key.topic, key.partition, ending_after=span.start)]
+        for gap in subtract(span, known):
+            token = store.create_range(self.group, key.topic, key.partition, gap.start, gap.end, self.owner)
+            # a token that already starts there (a concurrent writer) is not ours to finish
+            if token.is_open and token.owner == self.owner and token.span == gap:
+                store.commit_one(
+                    ProgressUpdate(token.id, self.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end))
+                )

@@ -262,7 +262,9 @@ class Recoverer:
             self.reports.append(report)
             if report.committed is not None and (report.new_ranges or report.resumed):
                 out.to_mirror.append((key, report.committed))
-            if start is not None and report.new_ranges:
+            if start is not None and (report.new_ranges or report.resumed):
+                # the primary skipped to ``start``: once the ranges below it finish, so may Kafka's offset
+                # (resumed ranges too: a range handed back leaves Kafka's offset at its lowest unfinished one)
                 out.floors[key] = start
             starts[key] = start
         return starts

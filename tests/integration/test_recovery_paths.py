@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -15,6 +17,7 @@ from fastrecover.ranges import OffsetRange
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
+from tests.integration.dropin import make_lag
 from tests.integration.helpers import (
     SESSION_MS,
     consume_until,
@@ -268,6 +271,128 @@ def test_revocation_hands_ranges_to_the_next_owner(
     finally:
         a.close()
         b.close()
+
+
+def _backfilling(bootstrap: str, topic: str, group: str, store_url: str, **extra: Any) -> tuple[Consumer, set[int]]:
+    """A mode-on consumer of partition 0 whose lag [10, 2020) is still mostly owed (a small child queue),
+    after it returned fresh records of its primary; returns it and the offsets it delivered."""
+    make_lag(bootstrap, topic, group, committed=10, log_end=2020)
+    config = {"fastrecover.backfill.queue.max.messages": 20, "fastrecover.backfill.batch.size": 10, **extra}
+    consumer = Consumer(parallel_config(bootstrap, group, store_url, **config))
+    consumer.subscribe([topic])
+    got: list[Message] = []
+    poll_until(consumer, got, lambda: bool(consumer.recoveries), 60, "the recovery")
+    produce(bootstrap, topic, [f"r{i}" for i in range(2020, 2070)], partition=0)
+    poll_until(consumer, got, lambda: any(offset_of(m) >= 2060 for m in got), 60, "fresh records")
+    return consumer, {offset_of(m) for m in got}
+
+
+def test_a_graceful_close_under_auto_commit_hands_the_ranges_back_to_a_plain_successor(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """librdkafka commits its stored offsets when it unassigns: under enable.auto.commit they held the
+    primary's position, above the open range, and a plain successor started there (1,848 records lost)."""
+    topic = topic_factory(partitions=1)
+    a, by_a = _backfilling(bootstrap, topic, unique_group, store_url, **{"enable.auto.commit": True})
+    a.close()
+    committed = group_offsets(bootstrap, unique_group, topic)[0].offset
+    owed = min(set(range(10, 2020)) - by_a)
+    assert 10 <= committed <= owed, f"Kafka's offset {committed} after the hand-back; {owed} was never delivered"
+    successor = PlainConsumer(
+        {"bootstrap.servers": bootstrap, "group.id": unique_group, "auto.offset.reset": "earliest"}
+    )
+    try:
+        successor.subscribe([topic])
+        got: list[Message] = []
+
+        def at_the_log_end() -> bool:
+            got.extend(m for m in successor.consume(500, 0.2) if m.error() is None)
+            return any(offset_of(m) == 2069 for m in got)
+
+        wait_for(at_the_log_end, 60, 0.001, "the plain successor to reach the log end")
+    finally:
+        successor.close()
+    assert min(offset_of(m) for m in got) == committed
+    assert by_a | {offset_of(m) for m in got} >= set(range(10, 2070))
+
+
+def test_a_committed_offset_above_what_the_primary_returned_is_not_handed_back_as_done(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """A committed offset is read from outside: handed back as done work, a wrong one (here 10**9) would
+    make every later recovery of the partition skip records nobody read."""
+    topic = topic_factory(partitions=1)
+    a, by_a = _backfilling(bootstrap, topic, unique_group, store_url)
+    a.commit(offsets=[TopicPartition(topic, 0, 10**9)], asynchronous=False)
+    a.close()
+    store = open_store(store_url)
+    try:
+        spans = [t.span for t in store.partition_ranges(unique_group, topic, 0)]
+    finally:
+        store.close()
+    assert spans and max(s.end for s in spans) <= 2070, spans
+    produce(bootstrap, topic, [f"r{i}" for i in range(2070, 2570)], partition=0)  # after A left
+    b = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        b.subscribe([topic])
+        got: list[Message] = []
+        consume_until(
+            b, got, lambda: by_a | {offset_of(m) for m in got} >= set(range(10, 2570)), 120, "every record once"
+        )
+    finally:
+        b.close()
+
+
+def test_assigning_the_same_partition_again_keeps_backfilling_its_range(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """assign() again renews the claim on the partition's range (epoch + 1).  A write-behind of the old
+    claim still in flight came back afterwards: settled, it put the old epoch back in the book, the next
+    write was fenced, and the member dropped a range it owned; the backfill stopped for good."""
+    topic = topic_factory(partitions=1)
+    make_lag(bootstrap, topic, unique_group, committed=10, log_end=20000)
+    in_flight, release = threading.Event(), threading.Event()
+
+    def hold_the_first_write_behind() -> None:
+        if threading.current_thread() is not threading.main_thread() and not in_flight.is_set():
+            in_flight.set()
+            release.wait(60)
+
+    monkeypatch.setattr(hooks, "_registered", {"store-commit": hold_the_first_write_behind})
+    config = {
+        "fastrecover.backfill.queue.max.messages": 50,
+        "fastrecover.backfill.batch.size": 10,
+        "fastrecover.backfill.commit.interval.ms": 10,  # the first write-behind comes early in the backfill
+    }
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **config))
+    got: list[Message] = []
+
+    def consume_and_commit() -> bool:
+        msgs = [m for m in consumer.consume(50, 0.05) if m.error() is None]
+        got.extend(msgs)
+        if msgs:
+            consumer.commit(asynchronous=True)
+        return False
+
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        wait_for(lambda: consume_and_commit() or in_flight.is_set(), 60, 0.001, "a write-behind in flight")
+        release.set()  # the write lands while assign() claims the range again
+        consumer.assign([TopicPartition(topic, 0)])
+        store = open_store(store_url)
+        try:
+
+            def done() -> bool:
+                consume_and_commit()
+                return not store.open_ranges(unique_group)
+
+            wait_for(done, 120, 0.001, "the range backfilled and committed")
+        finally:
+            store.close()
+        assert consumer.metrics().fencings == 0
+        assert {offset_of(m) for m in got} >= set(range(10, 20000))
+    finally:
+        consumer.close()
 
 
 def test_lost_store_falls_back_to_commit_metadata_mirror(
