@@ -25,7 +25,7 @@ from itertools import pairwise
 from typing import Any
 
 from fastrecover.errors import CheckpointError
-from fastrecover.spark.offsets import Piece
+from fastrecover.spark.offsets import Piece, partition_number
 from fastrecover.tokens import TopicPartitionKey
 
 __all__ = [
@@ -100,9 +100,10 @@ def kafka_offsets(text: str, where: str) -> dict[TopicPartitionKey, int]:
         if not isinstance(parts, dict):
             raise CheckpointError(f"{where}: topic {topic!r} has no partition -> offset object")
         for part, offset in parts.items():
-            if not (isinstance(part, str) and part.isdigit()) or type(offset) is not int or offset < 0:
+            number = partition_number(part)
+            if number is None or type(offset) is not int or offset < 0:
                 raise CheckpointError(f"{where}: {topic}[{part!r}] = {offset!r} is not a partition and an offset")
-            out[TopicPartitionKey(str(topic), int(part))] = offset
+            out[TopicPartitionKey(str(topic), number)] = offset
     return out
 
 
@@ -124,7 +125,8 @@ def parse_journal(text: str, where: str) -> list[Piece]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{where}: not JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("version") != _JOURNAL_VERSION or not isinstance(doc.get("ranges"), list):
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if type(version) is not int or version != _JOURNAL_VERSION or not isinstance(doc.get("ranges"), list):
         raise CheckpointError(f"{where}: expected {{'version': {_JOURNAL_VERSION}, 'ranges': [...]}}")
     pieces: list[Piece] = []
     for item in doc["ranges"]:

@@ -51,10 +51,20 @@ from fastrecover.spark.checkpoint import (
     render_journal,
     render_kafka_offsets,
 )
-from fastrecover.spark.jump import chunk_for, jumped, lag_ranges, pending, task_count
+from fastrecover.spark.jump import (
+    CHUNKS,
+    JUMPS,
+    check_journal,
+    check_new_jump,
+    chunk_for,
+    jumped,
+    lag_ranges,
+    pending,
+    task_count,
+)
 from fastrecover.spark.jvm import read_ranges, start_foreach_batch
 from fastrecover.spark.offsets import Piece
-from fastrecover.spark.options import SourceOptions, parse_source_options
+from fastrecover.spark.options import OWN_OPTIONS, SourceOptions, options_to_check, parse_source_options
 from fastrecover.spark.source import trace
 from fastrecover.tokens import TopicPartitionKey
 
@@ -62,10 +72,10 @@ log = logging.getLogger("fastrecover.spark")
 
 __all__ = ["start_kafka_stream"]
 
-#: options that configure fastrecover; every other option goes to Spark's Kafka source unchanged
-_OURS = ("fastrecover.", "maxbackfilloffsetspertrigger", "backfilltasks", "freshwaitms", "maxoffsetspertask")
-_JUMPS = "fastrecover/jumps"
-_CHUNKS = "fastrecover/chunks"
+#: the journal's directory under the checkpoint, one subdirectory per kind of entry
+_JOURNAL = "fastrecover"
+_JUMPS = f"{_JOURNAL}/{JUMPS}"
+_CHUNKS = f"{_JOURNAL}/{CHUNKS}"
 _DEFAULT_COMMIT = 'v1\n{"nextBatchWatermarkMs":0}'
 #: start_kafka_stream's ``maxBackfillOffsetsPerTrigger`` when not given: every batch pays Spark's fixed cost
 #: and the sink's (about half a second with a trivial sink on 2 cores), so a lag read in small chunks drains
@@ -126,7 +136,17 @@ class _Checkpoint:
             stream.close()
 
     def delete(self, rel: str) -> None:
-        self._fs.delete(self._path(rel), False)
+        """Delete ``rel``; CheckpointError if it is still there.
+
+        Hadoop's ``delete`` reports a failure as ``False``, not as an exception, and a journal file that
+        stays would be read again: a jump kept while its chunks are deleted owes its ranges once more.
+        """
+        path = self._path(rel)
+        if not self._fs.delete(path, False) and self._fs.exists(path):
+            raise CheckpointError(
+                f"cannot delete {self.location}/{rel}: the file system refused (permissions, an immutable or "
+                "read-only file?); it must go before the recovery goes on, or its offsets would be read again"
+            )
 
     def write(self, rel: str, text: str, *, replace: bool = False) -> None:
         """Write ``rel`` whole or not at all: a temporary file, then a rename (what Spark's logs do too)."""
@@ -141,7 +161,7 @@ class _Checkpoint:
             if not replace:
                 self._fs.delete(tmp, False)
                 raise CheckpointError(f"{self.location}/{rel} exists already: another run of this query is active?")
-            self._fs.delete(final, False)
+            self.delete(rel)
         if not self._fs.rename(tmp, final):
             raise CheckpointError(f"cannot rename {tmp} to {self.location}/{rel}")
 
@@ -180,7 +200,21 @@ class _Journal:
             for directory, entries in ((_JUMPS, self.jumps), (_CHUNKS, self.chunks)):
                 self.forget(directory, [b for b in entries if b <= last])
 
+    @property
+    def root(self) -> str:
+        """Where the journal lives, for messages: ``<checkpoint>/fastrecover``."""
+        return f"{self._files.location}/{_JOURNAL}"
+
+    def check(self) -> None:
+        """Refuse entries that contradict each other (:func:`~fastrecover.spark.jump.check_journal`)."""
+        check_journal(self.jumps, self.chunks, self.root)
+
+    def is_empty(self) -> bool:
+        return not (self.jumps or self.chunks)
+
     def add_jump(self, batch_id: int, ranges: list[Piece]) -> None:
+        """Journal a jump's lag ranges; refused if they overlap journalled ones (Kafka's offsets went back)."""
+        check_new_jump(self.jumps, self.chunks, batch_id, ranges, self.root)
         self._files.write(f"{_JUMPS}/{batch_id}", render_journal(ranges), replace=True)
         self.jumps[batch_id] = ranges
 
@@ -398,6 +432,7 @@ def _recover(
     """
     ids = files.batch_ids("offsets")
     if not ids:
+        _refuse_leftover_journal(files, journal, "has no batch")
         return  # a new query: Spark's source starts at startingOffsets
     last = ids[-1]
     trace("kafka-stream recover: listed")
@@ -407,12 +442,17 @@ def _recover(
         ):
             _commit(files, last)  # a jump whose commit did not land: the batch is the jump, finish it
         elif last == 0:
+            _refuse_leftover_journal(files, journal, "has only batch 0, not committed")
             return  # Spark runs batch 0 itself: nothing precedes it to jump from
         else:
             journal.forget(_JUMPS, [last])  # a journal entry whose jump never happened: not this batch's
+            journal.check()  # the rerun reads its chunk: not from a journal that contradicts itself
             batches.rerun(last)
             _commit(files, last)
     journal.tidy(last)
+    # After the tidy: a crash while it deleted a drained journal leaves chunks without their jump, which
+    # the tidy of the next start deletes; what is left must be consistent before a chunk is read from it.
+    journal.check()
     trace("kafka-stream recover: tidied")
     entry, where = _offset_entry(files, last)
     if one_shot:
@@ -437,6 +477,24 @@ def _recover(
         files.location,
         sum(map(len, ranges)),
         jump,
+    )
+
+
+def _refuse_leftover_journal(files: _Checkpoint, journal: _Journal, state: str) -> None:
+    """CheckpointError when the journal has entries but the offset log has no committed batch.
+
+    Only a committed batch precedes a jump, so such a journal is left over from an earlier run of a
+    checkpoint that was deleted in part (``offsets/`` and ``commits/``, not ``fastrecover/``).  The new
+    query's batches would read its chunks again, or its ranges, from offsets Spark's source reads too.
+    """
+    if journal.is_empty():
+        return
+    where = journal.root
+    raise CheckpointError(
+        f"{where} holds a journal ({len(journal.jumps)} jump(s), {len(journal.chunks)} chunk(s)) but "
+        f"{files.location}/offsets {state}: it is left over from an earlier run of a checkpoint deleted in "
+        f"part, and the new query would read its records again. To start over, delete {where} too (or the "
+        "whole checkpoint)"
     )
 
 
@@ -473,7 +531,7 @@ def _commit(files: _Checkpoint, batch_id: int) -> None:
 
 def _kafka_reader_options(options: Mapping[str, str], location: str) -> tuple[dict[str, str], dict[str, str]]:
     """(options for Spark's streaming Kafka source, the ``kafka.*`` options for batch reads)."""
-    stream = {k: str(v) for k, v in options.items() if not str(k).lower().startswith(_OURS)}
+    stream = {k: str(v) for k, v in options.items() if not str(k).lower().startswith(OWN_OPTIONS)}
     client = {k: v for k, v in stream.items() if k.lower().startswith("kafka.")}
     if not any(k.lower() == "kafka.group.id" for k in client):
         # One group id for every backfill read of the query: Spark pools its executors' consumers by
@@ -565,10 +623,9 @@ def start_kafka_stream(
     if not checkpoint_location:
         raise ConfigError("start_kafka_stream needs a checkpoint_location: recovery edits the query's checkpoint")
     lowered = {str(k).lower(): str(v) for k, v in options.items()}
-    # kafka.group.id is Spark's to use (its source and the backlog's reads take it, as with format("kafka"));
-    # the check of the other kafka.* keys is the one of format("fastrecover"), whose reader never joins a group.
-    checked = {k: v for k, v in lowered.items() if k != "kafka.group.id"}
-    opts = _stream_defaults(spark, lowered, parse_source_options(checked, query_required=False))
+    # Ours are checked, and what Spark's options share with the recovery; the rest is Spark's to check
+    # (startingTimestamp, maxTriggerDelay, ...), with its own rules, so it is left out (options_to_check).
+    opts = _stream_defaults(spark, lowered, parse_source_options(options_to_check(options), query_required=False))
     stream_options, client_options = _kafka_reader_options(options, checkpoint_location)
     files = _Checkpoint(spark, checkpoint_location)
     trace("kafka-stream checkpoint opened")

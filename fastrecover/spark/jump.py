@@ -15,18 +15,36 @@ batch ``k``'s chunk is journalled before it is read and reused on a replay; a
 batch that has not been journalled takes the next chunk of what the ranges
 owe minus the chunks of earlier batches; and the first batch after a jump
 takes none, so fresh records are not held up by the backlog.
+
+The journal is read back from the checkpoint, so it is untrusted input: a file
+at a time is checked by :func:`fastrecover.spark.checkpoint.parse_journal`, and
+the entries against each other by :func:`check_journal` (what no crash and no
+run of ours can produce, and what would make a batch read an offset twice or
+skip one).  :func:`check_new_jump` refuses a jump whose ranges the journal
+already holds: Spark's offsets went back (the topic was re-created, or its log
+truncated, while the query was down).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from fastrecover.errors import CheckpointError
 from fastrecover.ranges import OffsetRange, subtract
 from fastrecover.spark.offsets import Piece
 from fastrecover.spark.planning import fair_shares
 from fastrecover.tokens import TopicPartitionKey
 
-__all__ = ["chunk_for", "jumped", "lag_ranges", "pending", "take_chunk", "task_count"]
+__all__ = [
+    "check_journal",
+    "check_new_jump",
+    "chunk_for",
+    "jumped",
+    "lag_ranges",
+    "pending",
+    "take_chunk",
+    "task_count",
+]
 
 #: a backfill task reads at least this many offsets: a Kafka read task pays for its consumer (tenths of a
 #: second when it is new), so a small chunk is not cut below one task per partition
@@ -118,3 +136,106 @@ def task_count(chunk: Iterable[Piece], wanted: int) -> int:
     pieces = list(chunk)
     total = sum(map(len, pieces))
     return max(len(pieces), min(wanted, -(-total // MIN_TASK_OFFSETS)))
+
+
+# -- the journal as a whole ----------------------------------------------------------------------
+
+#: a journal entry's kind: the directory under ``<checkpoint>/fastrecover`` that holds its files
+JUMPS, CHUNKS = "jumps", "chunks"
+
+
+def _first_overlap(
+    entries: Mapping[int, Iterable[Piece]],
+) -> tuple[tuple[int, Piece], tuple[int, Piece]] | None:
+    """Two pieces of different entries that share an offset (entry id, piece), or None."""
+    by_key: dict[TopicPartitionKey, list[tuple[int, Piece]]] = {}
+    for batch, pieces in entries.items():
+        for piece in pieces:
+            by_key.setdefault(piece.key, []).append((batch, piece))
+    for key in sorted(by_key, key=lambda k: (k.topic, k.partition)):
+        reach: tuple[int, Piece] | None = None  # the piece seen so far that ends last
+        for batch, piece in sorted(by_key[key], key=lambda e: (e[1].start, e[0])):
+            if reach is not None and piece.start < reach[1].end and reach[0] != batch:
+                return reach, (batch, piece)
+            if reach is None or piece.end > reach[1].end:
+                reach = (batch, piece)
+    return None
+
+
+def _describe(piece: Piece) -> str:
+    return f"{piece.topic}[{piece.partition}] offsets {piece.start}-{piece.end}"
+
+
+def check_journal(jumps: Mapping[int, list[Piece]], chunks: Mapping[int, list[Piece]], root: str) -> None:
+    """Refuse a journal whose entries contradict each other (``root``: ``<checkpoint>/fastrecover``).
+
+    Every entry is valid alone (:func:`~fastrecover.spark.checkpoint.parse_journal`), but the reads are
+    decided across entries: what the jumps owe is their ranges minus every chunk.  So:
+
+    * two jumps must not journal the same offset: it would be owed, and read, twice;
+    * two chunks must not hold the same offset: both batches read it;
+    * a chunk of batch ``k`` lies inside the ranges of jumps before ``k`` (the only ranges batch ``k``
+      reads from): an offset outside them is read by Spark's own source too, or by nobody when the chunk
+      claims offsets that are not owed.
+
+    A crash while :meth:`tidy <fastrecover.spark.controller._Journal.tidy>` deletes a drained journal
+    leaves chunks without their jump; call this after the tidy, which finishes that deletion.
+    CheckpointError names the files at fault.
+    """
+    for kind, entries in ((JUMPS, jumps), (CHUNKS, chunks)):
+        clash = _first_overlap(entries)
+        if clash is not None:
+            (a, pa), (b, pb) = clash
+            raise CheckpointError(
+                f"{root}/{kind}/{a} ({_describe(pa)}) and {root}/{kind}/{b} ({_describe(pb)}) overlap: "
+                f"no run of start_kafka_stream journals an offset in two {kind}, and reading this journal "
+                "would deliver those offsets twice"
+            )
+    for batch in sorted(chunks):
+        for piece in chunks[batch]:
+            covering = [
+                OffsetRange(r.start, r.end) for j, rs in jumps.items() if j < batch for r in rs if r.key == piece.key
+            ]
+            outside = subtract(OffsetRange(piece.start, piece.end), covering)
+            if outside:
+                earlier = sorted(j for j in jumps if j < batch)
+                raise CheckpointError(
+                    f"{root}/{CHUNKS}/{batch} ({_describe(piece)}): offsets {outside[0].start}-{outside[0].end} "
+                    f"lie outside every range journalled by a jump before batch {batch} "
+                    f"({', '.join(f'{root}/{JUMPS}/{j}' for j in earlier) or 'none'}); a chunk only reads "
+                    "journalled ranges, so this journal is not the one this checkpoint wrote"
+                )
+
+
+def check_new_jump(
+    jumps: Mapping[int, list[Piece]],
+    chunks: Mapping[int, list[Piece]],
+    batch_id: int,
+    ranges: Iterable[Piece],
+    root: str,
+) -> None:
+    """Refuse a jump at ``batch_id`` whose lag ranges overlap a range the journal already holds.
+
+    A new lag range starts at Spark's committed offset, which is past every journalled range of its
+    partition unless Spark's offsets went back: the topic was deleted and re-created, or its log was
+    truncated (an unclean leader election), while the query was down, and the offsets now name other
+    records.  Journalling the range anyway would read the offsets still owed twice, or, for offsets the
+    chunks already read, subtract them from the new range and skip its records.
+    """
+    taken = [c for cs in chunks.values() for c in cs]
+    for new in ranges:
+        for batch in sorted(jumps):
+            for old in jumps[batch]:
+                if old.key != new.key or not OffsetRange(old.start, old.end).overlaps(OffsetRange(new.start, new.end)):
+                    continue
+                lo, hi = max(old.start, new.start), min(old.end, new.end)
+                owed = sum(map(len, pending([Piece(old.topic, old.partition, lo, hi, True)], taken)))
+                raise CheckpointError(
+                    f"{root}/{JUMPS}/{batch} journals {_describe(old)}, and the lag of batch {batch_id} "
+                    f"({_describe(new)}) overlaps it at {lo}-{hi} ({owed} of those offsets still owed, "
+                    f"{hi - lo - owed} already read): Kafka's offsets of {new.topic}[{new.partition}] went "
+                    "back, which happens when the topic was deleted and re-created, or its log truncated, "
+                    "while the query was down. Reading on would deliver offsets twice or skip records; "
+                    "the jump was not journalled. Start the query on a new checkpoint (the journalled "
+                    "records may be gone from Kafka)"
+                )

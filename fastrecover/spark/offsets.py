@@ -46,10 +46,29 @@ __all__ = [
     "batch_pieces",
     "delivered",
     "lost_between",
+    "partition_number",
     "pending_total",
 ]
 
 OFFSET_VERSION = 1
+
+
+def partition_number(key: object) -> int | None:
+    """A partition number written as a JSON object key, or None when ``key`` is not one.
+
+    Only the canonical decimal form counts: ``"00"`` or a non-ASCII digit would alias ``"0"`` and let a
+    damaged file name one partition twice, the later value silently winning.
+    """
+    if not (isinstance(key, str) and key.isascii() and key.isdigit()) or str(int(key)) != key:
+        return None
+    return int(key)
+
+
+def _offset(value: object) -> int:
+    """An offset as JSON holds it: an integer (not a bool, not a float, which ``int`` would truncate)."""
+    if type(value) is not int:
+        raise TypeError(f"{value!r} is not an integer offset")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +164,15 @@ class SourceOffset:
             if not isinstance(partitions, Mapping):
                 raise OffsetFormatError(f"topic {topic!r}: expected an object of partitions")
             for pkey, raw in partitions.items():
+                partition = partition_number(pkey)
+                if partition is None:
+                    raise OffsetFormatError(f"topic {topic!r}: partition key {pkey!r} is not a partition number")
                 try:
-                    partition = int(pkey)
-                    pending = tuple(OffsetRange(int(s), int(e)) for s, e in raw["pending"])
+                    if not isinstance(raw, Mapping) or not isinstance(raw["pending"], list):
+                        raise TypeError("expected {'base': n, 'live': n, 'pending': [[start, end], ...]}")
+                    pending = tuple(OffsetRange(_offset(s), _offset(e)) for s, e in raw["pending"])
                     parts[TopicPartitionKey(topic, partition)] = PartitionState(
-                        int(raw["base"]), int(raw["live"]), pending
+                        _offset(raw["base"]), _offset(raw["live"]), pending
                     )
                 except (KeyError, TypeError, ValueError) as exc:
                     raise OffsetFormatError(f"{topic}[{pkey}]: invalid partition offset {raw!r}: {exc}") from exc

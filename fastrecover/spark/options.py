@@ -19,9 +19,11 @@ from fastrecover.spark.client_conf import MaskedRepr, kafka_conf, mask_secrets_i
 
 __all__ = [
     "OPTION_DOCS",
+    "OWN_OPTIONS",
     "RangesOptions",
     "SourceOptions",
     "job_owner",
+    "options_to_check",
     "parse_ranges_options",
     "parse_source_options",
 ]
@@ -321,3 +323,40 @@ def parse_ranges_options(options: Mapping[str, str]) -> RangesOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         read_timeout_s=(timeout or 120_000) / 1000.0,
     )
+
+
+# -- start_kafka_stream: which options are ours, which Spark's ----------------------------------
+
+#: start_kafka_stream's own options (lower-cased prefixes); every other option is Spark's Kafka source's and
+#: goes to it unchanged.  ``freshWaitMs`` and ``maxOffsetsPerTask`` are format("fastrecover")'s, with no effect
+#: here: kept from Spark's source, as before
+OWN_OPTIONS = ("fastrecover.", "maxbackfilloffsetspertrigger", "backfilltasks", "freshwaitms", "maxoffsetspertask")
+#: Spark options whose values the recovery uses too, with Spark's meaning and Spark's accepted values: the
+#: backlog's reads take failOnDataLoss and includeHeaders (which also shapes the idle ticker's rows), a
+#: batch run again before Spark starts reads its live records in minPartitions tasks
+_SHARED_OPTIONS = ("failondataloss", "includeheaders", "minpartitions")
+
+
+def options_to_check(options: Mapping[str, str]) -> dict[str, str]:
+    """The options of start_kafka_stream that ``parse_source_options`` checks, lower-cased.
+
+    Ours, the Spark options the recovery uses as well, the ``kafka.*`` keys (the refused ones are refused
+    here too; ``kafka.group.id`` is Spark's to use) and what to read, so that a query with a bad option
+    fails before the recovery writes anything.  Every other Spark option (``startingOffsets``,
+    ``startingTimestamp``, ``maxTriggerDelay``, ...) is left to Spark's source, which checks it with its
+    own rules when the query starts.  ``subscribePattern`` is a Java regular expression, which Python's
+    ``re`` may not compile (``\\p{Alpha}``): only whether it is given is checked here.
+    """
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        low, text = str(key).lower(), str(value)
+        if low == "subscribepattern":
+            out[low] = "." if text.strip() else ""
+        elif (
+            low.startswith(OWN_OPTIONS)
+            or low in _SHARED_OPTIONS
+            or low in ("subscribe", "assign")
+            or (low.startswith("kafka.") and low != "kafka.group.id")
+        ):
+            out[low] = text
+    return out

@@ -44,7 +44,7 @@ from fastrecover.spark.options import RangesOptions, parse_ranges_options
 from fastrecover.spark.planning import chunk_tasks
 from fastrecover.spark.source import SCHEMA, PieceSet, read_task
 from fastrecover.spark.state import ABANDONED, COMPLETED, Claim, ClaimedRange, SparkState
-from fastrecover.store import ProgressUpdate, open_store
+from fastrecover.store import CommitResult, ProgressUpdate, open_store
 from fastrecover.tokens import Token
 
 log = logging.getLogger("fastrecover.spark")
@@ -135,7 +135,9 @@ def complete_ranges(store_url: str, group: str, job: str = "default") -> RangeCo
 
     Each range is completed with the job's (owner, epoch), so one a consumer
     claimed back meanwhile is fenced (reported, left open) rather than
-    overwritten.  Without an active claim there is nothing to do.
+    overwritten.  Without an active claim there is nothing to do.  Called again
+    after it died between the progress and the claim's close, it reports the
+    ranges its first call completed as completed, not fenced.
     """
     store = open_store(store_url)
     try:
@@ -144,10 +146,18 @@ def complete_ranges(store_url: str, group: str, job: str = "default") -> RangeCo
         if claim is None:
             log.info("ranges job %r on group %r has no active claim: nothing to complete", job, group)
             return RangeCompletion(job, group)
-        updates = [
-            ProgressUpdate(r.token_id, claim.owner, r.epoch, RangeProgress(r.start, r.end, r.end)) for r in claim.ranges
-        ]
-        result = store.commit_progress(updates)
+        # The progress of every range still held is written in one transaction: if one range is done under
+        # the claim's (owner, epoch), an earlier call's write landed and only the claim's close is missing.
+        landed = state.done_by_claim(claim)
+        if landed:
+            ids = {t.id for t in landed}
+            result = CommitResult(list(landed), [r.token_id for r in claim.ranges if r.token_id not in ids])
+        else:
+            updates = [
+                ProgressUpdate(r.token_id, claim.owner, r.epoch, RangeProgress(r.start, r.end, r.end))
+                for r in claim.ranges
+            ]
+            result = store.commit_progress(updates)
         state.finish_claim(claim, COMPLETED)
     finally:
         store.close()

@@ -49,6 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from fastrecover.errors import TokenNotFoundError
 from fastrecover.ranges import RangeProgress
 from fastrecover.spark.offsets import SourceOffset
 from fastrecover.store import ProgressUpdate, RangeStore
@@ -227,11 +228,24 @@ class SparkState:
         """Take over every open range of ``group`` (epoch bump) and record the claim as active.
 
         An active claim of the same job is returned unchanged instead: planning
-        twice must read the same records.
+        twice must read the same records.  Unless its completion landed
+        (:meth:`done_by_claim`): ``complete_ranges`` died between writing the
+        progress and closing the claim, and reading the claim again would read
+        records already done (and its completion would be fenced).  That claim
+        is closed as completed and a new one is taken.
         """
         existing = self.active_claim(group, job)
         if existing is not None:
-            return existing
+            if not self.done_by_claim(existing):
+                return existing
+            self.finish_claim(existing, COMPLETED)
+            log.warning(
+                "job %r on group %r: claim generation %d was completed but not closed (complete_ranges "
+                "stopped in between); closed now",
+                job,
+                group,
+                existing.generation,
+            )
         taken: list[ClaimedRange] = []
         for token in self.store.open_ranges(group):
             claimed = self.store.claim(token.id, owner)
@@ -257,6 +271,16 @@ class SparkState:
             )
         log.info("job %r claimed %d open range(s) of group %r (generation %d)", job, len(taken), group, generation)
         return Claim(group, job, generation, owner, ACTIVE, tuple(taken))
+
+    def done_by_claim(self, claim: Claim) -> list[Token]:
+        """The claim's ranges as stored now that the claim's own completion made done (:func:`done_by`)."""
+        tokens = []
+        for r in claim.ranges:
+            try:
+                tokens.append(self.store.get(r.token_id))
+            except TokenNotFoundError:
+                continue  # deleted by hand: not a completion of this claim
+        return done_by(claim, tokens)
 
     def finish_claim(self, claim: Claim, state: str) -> None:
         with self._tx(f"closing the claim of job {claim.job!r}") as conn:
@@ -288,6 +312,19 @@ class SparkState:
             )
             for token_id in result.fenced:
                 log.warning("query %r: mirror of range #%d was fenced (someone claimed it)", query, token_id)
+
+
+def done_by(claim: Claim, tokens: Sequence[Token]) -> list[Token]:
+    """The ``tokens`` (ranges of ``claim`` as stored now) that the claim's completion made done.
+
+    Done at the claim's owner and the epoch it claimed: only ``complete_ranges`` writes progress under
+    that (owner, epoch), and it writes every range it still holds in one transaction, so one such token
+    means the completion landed.  A range a consumer took back has a newer epoch and another owner.
+    """
+    claimed = {r.token_id: r.epoch for r in claim.ranges}
+    return [
+        t for t in tokens if not t.is_open and t.owner == claim.owner and t.id in claimed and t.epoch == claimed[t.id]
+    ]
 
 
 def query_group(query: str) -> str:

@@ -4,9 +4,13 @@ real Spark (local), real broker, a real checkpoint on disk."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +254,54 @@ def test_a_one_shot_trigger_reads_the_journal_first_and_jumps_nothing(
     assert sorted(delivered) == [(p, o) for p in (0, 1) for o in range(ends[p])]
 
 
+def _stop_after_the_jump(spark: SparkSession, options: dict[str, str], sink: Sink, checkpoint: Path) -> int:
+    """A continuous run stopped before Spark planned a batch after its jump: the checkpoint ends at the
+    committed jump.  Its trigger does not come back, and the first one finds nothing new (the lag is behind
+    the jump, the ticker has no row yet).  Returns the jump's batch id."""
+    jump = max(_batch_ids(checkpoint / "offsets")) + 1
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "1 hour"})
+    query.stop()
+    assert max(_batch_ids(checkpoint / "offsets")) == jump and (checkpoint / "commits" / str(jump)).exists()
+    assert (checkpoint / "fastrecover" / "jumps" / str(jump)).exists()
+    return jump
+
+
+def test_a_one_shot_start_right_after_a_committed_jump_reads_the_whole_jumped_lag(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+) -> None:
+    """The batch after a jump reads no chunk: a one-shot run that starts there runs it empty, then the
+    chunks, then lets Spark read the new lag (the path of ``_drain`` whose first batch reads nothing)."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="400")
+    _warm_up(spark, bootstrap, topic, options, sink, checkpoint)
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(1000)])
+    jump = _stop_after_the_jump(spark, options, sink, checkpoint)
+    assert _owed(checkpoint) == 1000 and not any(b >= jump for b, _ in sink.batches())
+    produce(bootstrap, topic, [Record(b"M%d" % i, partition=i % 2) for i in range(300)])  # more downtime
+
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"availableNow": True})
+    assert query.awaitTermination(180), "the availableNow run did not stop"
+    assert query.exception() is None, query.exception()
+
+    # The batch after the jump ran empty (logged and committed, nothing for the user's function); the 1,000
+    # jumped offsets came next, at most 400 per batch of their own; Spark read the new lag after them.
+    assert (checkpoint / "commits" / str(jump + 1)).exists()
+    assert not (checkpoint / "fastrecover" / "chunks" / str(jump + 1)).exists()
+    after = [(b, rows) for b, rows in sink.batches() if b > jump]
+    backlog = [b for b, rows in after if rows and all(r.backfill for r in rows)]
+    live = [b for b, rows in after if any(not r.backfill for r in rows)]
+    assert backlog == [jump + 2, jump + 3, jump + 4] and live and max(backlog) < min(live)
+    assert [len(rows) for b, rows in after if b in backlog] == [400, 400, 200]
+    assert all(r.value.startswith("L") for b, rows in after if b in backlog for r in rows)
+    assert _kinds(sink, set(live)) == Counter({"M": 300})
+    # No second jump, nothing owed, no batch run twice, and every offset of the log exactly once.
+    assert _batch_ids(checkpoint / "fastrecover" / "jumps") == [jump] and _owed(checkpoint) == 0
+    assert max(Counter(b for b, _ in sink.batches()).values()) == 1
+    ends = _log_end(bootstrap, topic, 2)
+    assert sorted((r.partition, r.offset) for r in sink.rows()) == [(p, o) for p in (0, 1) for o in range(ends[p])]
+
+
 def test_includeheaders_assign_and_a_new_query_start_as_spark_s_source(
     spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path
 ) -> None:
@@ -382,12 +434,7 @@ def test_a_jump_cut_short_by_a_crash_is_redone_or_finished_and_nothing_is_lost(
     assert {(p.partition, p.start, p.end) for p in redone} == {(0, 2, 202), (1, 2, 202)}
     # 2. The driver died after the jump's offset log entry, before its commit entry.
     produce(bootstrap, topic, [Record(b"M%d" % i, partition=i % 2) for i in range(400)])
-    jump = last_batch() + 1
-    # A trigger that does not come back: the first one finds no new record (the lag is behind the jump, the
-    # ticker has no row yet), so the checkpoint ends at the jump.
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "1 hour"})
-    query.stop()
-    assert last_batch() == jump and (jumps / str(jump)).exists()
+    jump = _stop_after_the_jump(spark, options, sink, checkpoint)
     (checkpoint / "commits" / str(jump)).unlink()
     (checkpoint / "commits" / f".{jump}.crc").unlink(missing_ok=True)
     produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
@@ -460,3 +507,156 @@ def test_the_jump_reads_log_bounds_with_the_java_client_as_spark_s_source_sees_t
         producer.abort_transaction(30)
     with pytest.raises(BrokerUnavailableError, match=r"log end of .*\[0\]"):
         _log_offsets(spark, {"kafka.bootstrap.servers": "127.0.0.1:1"}, keys, 2, earliest=False)
+
+
+# -- checkpoints written by hand: what recovery refuses before it reads or writes anything -------------
+
+
+def _offsets_text(topic: str, offset: int) -> str:
+    """An offset log entry as Spark writes it for this query: Kafka's line, then the idle ticker's."""
+    return f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{{}}}}\n{{"{topic}":{{"0":{offset}}}}}\n7'
+
+
+def _journal_text(topic: str, *spans: tuple[int, int]) -> str:
+    return json.dumps({"version": 1, "ranges": [[topic, 0, start, end] for start, end in spans]})
+
+
+def _handmade(root: Path, files: dict[str, str]) -> dict[str, str]:
+    """Write ``files`` (path under ``root`` -> text); returns what the checkpoint holds, to compare later."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return _contents(root)
+
+
+def _contents(root: Path) -> dict[str, str]:
+    return {str(f.relative_to(root)): f.read_text() for f in root.rglob("*") if f.is_file()}
+
+
+def _committed_at(topic: str, batch: int, offset: int) -> dict[str, str]:
+    return {f"offsets/{batch}": _offsets_text(topic, offset), f"commits/{batch}": 'v1\n{"nextBatchWatermarkMs":0}'}
+
+
+def test_a_journal_left_without_its_offset_log_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    """offsets/ and commits/ deleted, fastrecover/ kept: a new query would read the old journal's chunks
+    and ranges again (the review's stale_and_overlap.py, part a)."""
+    checkpoint = tmp_path / "checkpoint"
+    before = _handmade(
+        checkpoint,
+        {
+            "fastrecover/jumps/2": _journal_text("t", (0, 100)),
+            "fastrecover/chunks/4": _journal_text("t", (0, 10)),
+            "offsets/.gitkeep": "",
+        },
+    )
+    options = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    with pytest.raises(
+        CheckpointError, match=rf"{checkpoint}/fastrecover holds a journal.*delete {checkpoint}/fastrecover too"
+    ):
+        start_kafka_stream(spark, options, lambda _df, _id: None, str(checkpoint))
+    assert _contents(checkpoint) == before
+
+
+@pytest.mark.parametrize(
+    ("journal", "named"),
+    [
+        ({"jumps/2": [(0, 100)], "jumps/4": [(50, 150)]}, ["jumps/2", "jumps/4"]),
+        ({"jumps/2": [(0, 100)], "chunks/4": [(0, 30)], "chunks/5": [(20, 40)]}, ["chunks/4", "chunks/5"]),
+        ({"jumps/2": [(0, 100)], "chunks/4": [(90, 120)]}, ["chunks/4", "jumps/2"]),
+    ],
+)
+def test_journal_entries_that_contradict_each_other_are_refused_before_anything_is_read(
+    spark: SparkSession, tmp_path: Path, journal: dict[str, list[tuple[int, int]]], named: list[str]
+) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    files = {f"fastrecover/{rel}": _journal_text("t", *spans) for rel, spans in journal.items()}
+    before = _handmade(checkpoint, {**_committed_at("t", 5, 500), **files})
+    options = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    with pytest.raises(CheckpointError) as error:
+        start_kafka_stream(spark, options, lambda _df, _id: None, str(checkpoint))
+    assert all(f"{checkpoint}/fastrecover/{name}" in str(error.value) for name in named), str(error.value)
+    assert _contents(checkpoint) == before
+
+
+def test_a_lag_over_a_range_the_journal_still_owes_is_refused_as_a_re_created_topic(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Spark's committed offset is inside a journalled range: Kafka's offsets went back while the query was
+    down (a topic deleted and re-created).  The new lag must not be journalled over the old range."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [Record(b"R%d" % i, partition=0) for i in range(300)])
+    checkpoint = tmp_path / "checkpoint"
+    before = _handmade(
+        checkpoint, {**_committed_at(topic, 5, 10), "fastrecover/jumps/3": _journal_text(topic, (0, 100))}
+    )
+    with pytest.raises(CheckpointError, match=rf"jumps/3 .*{topic}\[0\] offsets 10-300.*deleted and re-created"):
+        start_kafka_stream(spark, _options(bootstrap, topic), lambda _df, _id: None, str(checkpoint))
+    assert _contents(checkpoint) == before  # no jump journalled, no batch written
+
+
+@contextmanager
+def _undeletable(path: Path) -> Iterator[None]:
+    """``path`` cannot be deleted meanwhile: its directory read-only, or, for root (whom permissions do
+    not stop), the file immutable."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        mode = path.parent.stat().st_mode
+        path.parent.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.parent.chmod(mode)
+
+
+def test_a_journal_file_the_file_system_keeps_stops_the_recovery(spark: SparkSession, tmp_path: Path) -> None:
+    """A drained journal is deleted, jumps first: a jump that stays while its chunks go would owe its
+    ranges again, so a delete Hadoop reports as failed (``False``) is an error."""
+    checkpoint = tmp_path / "checkpoint"
+    files = {
+        **_committed_at("t", 5, 500),
+        "fastrecover/jumps/3": _journal_text("t", (0, 100)),
+        "fastrecover/chunks/5": _journal_text("t", (0, 100)),
+    }
+    before = _handmade(checkpoint, files)
+    options = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    refused = pytest.raises(CheckpointError, match=rf"cannot delete {checkpoint}/fastrecover/jumps/3")
+    with _undeletable(checkpoint / "fastrecover" / "jumps" / "3"), refused:
+        start_kafka_stream(spark, options, lambda _df, _id: None, str(checkpoint))
+    assert _contents(checkpoint) == before  # the chunks are still there: nothing is owed twice
+
+
+# -- Spark's options, unchanged ------------------------------------------------------------------------
+
+
+def test_a_new_query_starts_where_spark_s_startingoffsetsbytimestamp_says(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+) -> None:
+    """A Spark option fastrecover's own source does not have goes to Spark's source, which honours it."""
+    topic = topic_factory(partitions=2)
+    base = int(time.time() * 1000) - 60_000
+    produce(
+        bootstrap,
+        topic,
+        [Record(b"p%d-%d" % (p, i), partition=p, timestamp_ms=base + 1000 * i) for p in (0, 1) for i in range(10)],
+    )
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        # partition 0 from the record of time base+5s (offset 5), partition 1 from base+2s (offset 2)
+        "startingOffsetsByTimestamp": json.dumps({topic: {"0": base + 5000, "1": base + 1500}}),
+        "startingOffsetsByTimestampStrategy": "error",
+    }
+    query = start_kafka_stream(spark, options, sink, str(tmp_path / "ck"), trigger=TRIGGER)
+    try:
+        _wait(query, lambda: sink.count() >= 13, 120, "the records from the timestamps on")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sorted((r.partition, r.offset) for r in sink.rows()) == [(0, o) for o in range(5, 10)] + [
+        (1, o) for o in range(2, 10)
+    ]

@@ -79,6 +79,14 @@ def test_json_round_trip_and_errors() -> None:
         '{"v": 99, "topics": {}}',
         '{"v": 1}',
         '{"v": 1, "topics": {"a": {"0": {"base": 5, "live": 1, "pending": []}}}}',
+        # numbers int() would coerce: a float truncated, a bool taken for 1, a string parsed
+        '{"v": 1, "topics": {"a": {"0": {"base": 0.9, "live": 10, "pending": []}}}}',
+        '{"v": 1, "topics": {"a": {"0": {"base": 0, "live": "10", "pending": []}}}}',
+        '{"v": 1, "topics": {"a": {"0": {"base": 0, "live": 10, "pending": [[true, 5]]}}}}',
+        # one partition under two keys, the later silently winning
+        '{"v": 1, "topics": {"a": {"0": {"base": 0, "live": 10, "pending": []}, '
+        '"00": {"base": 0, "live": 99, "pending": []}}}}',
+        '{"v": 1, "topics": {"a": {"0": {"base": 0, "live": 10, "pending": {}}}}}',
     ):
         with pytest.raises(OffsetFormatError):
             SourceOffset.from_json(bad)

@@ -9,8 +9,8 @@ from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.spark.offsets import PartitionState, Piece, SourceOffset
 from fastrecover.spark.options import parse_ranges_options, parse_source_options
 from fastrecover.spark.ranges import claim_pieces
-from fastrecover.spark.state import ClaimedRange, mirror_plan
-from fastrecover.tokens import Token
+from fastrecover.spark.state import ACTIVE, Claim, ClaimedRange, done_by, mirror_plan
+from fastrecover.tokens import Token, TokenState
 from fastrecover.tokens import TopicPartitionKey as K
 
 BASE = {"kafka.bootstrap.servers": "h:1", "subscribe": "b, a,a", "fastrecover.query": "q"}
@@ -109,3 +109,20 @@ def test_backfill_budget_follows_the_engines_read_limit() -> None:
     assert backfill_budget(ReadAllAvailable(), 100) is None
     assert backfill_budget(ReadMaxRows(7), 100) == 7
     assert backfill_budget(ReadMinRows(7), 100) == 100
+
+
+def test_done_by_a_claim_means_done_at_its_owner_and_claimed_epoch() -> None:
+    """complete_ranges' own writes, told apart from a consumer's (which took the range back first)."""
+    owner = "spark-ranges:job"
+    ranges = (ClaimedRange(1, 2, "t", 0, 0, 10, 0), ClaimedRange(2, 2, "t", 1, 0, 10, 0))
+    claim = Claim("g", "job", 1, owner, ACTIVE, ranges)
+
+    def held(tid: int, holder: str, epoch: int, done: bool) -> Token:
+        progress = RangeProgress(0, 10, 10 if done else 0)
+        state = TokenState.DONE if done else TokenState.OPEN
+        return Token(tid, "g", "t", tid - 1, progress, owner=holder, epoch=epoch, state=state)
+
+    assert done_by(claim, [held(1, owner, 2, True), held(2, owner, 2, False)]) == [held(1, owner, 2, True)]
+    assert done_by(claim, [held(1, "consumer", 3, True), held(2, owner, 2, False)]) == []  # taken back, done
+    assert done_by(claim, [held(1, owner, 3, True)]) == []  # a later claim's epoch
+    assert done_by(claim, [held(3, owner, 2, True)]) == []  # not a range of this claim

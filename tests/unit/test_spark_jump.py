@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastrecover.errors import CheckpointError
+from fastrecover.errors import CheckpointError, ConfigError
 from fastrecover.spark.checkpoint import (
     OffsetLogEntry,
     is_kafka_offset,
@@ -18,8 +19,18 @@ from fastrecover.spark.checkpoint import (
     render_journal,
     render_kafka_offsets,
 )
-from fastrecover.spark.jump import chunk_for, jumped, lag_ranges, pending, take_chunk, task_count
+from fastrecover.spark.jump import (
+    check_journal,
+    check_new_jump,
+    chunk_for,
+    jumped,
+    lag_ranges,
+    pending,
+    take_chunk,
+    task_count,
+)
 from fastrecover.spark.offsets import Piece
+from fastrecover.spark.options import OWN_OPTIONS, options_to_check, parse_source_options
 from fastrecover.spark.planning import fair_shares
 from fastrecover.tokens import TopicPartitionKey as K
 
@@ -54,7 +65,19 @@ def test_a_malformed_offset_log_entry_is_refused_naming_the_file(text: str) -> N
 
 @pytest.mark.parametrize(
     "line",
-    ['{"t":{"0":-1}}', '{"t":{"x":1}}', '{"t":{"0":1.5}}', '{"t":{"0":true}}', '{"t":[1]}', "[1]", "{"],
+    [
+        '{"t":{"0":-1}}',
+        '{"t":{"x":1}}',
+        '{"t":{"0":1.5}}',
+        '{"t":{"0":true}}',
+        '{"t":[1]}',
+        "[1]",
+        "{",
+        # a partition named twice ("00" aliases "0"), or with digits int() takes but Spark never writes
+        '{"t":{"0":1,"00":9}}',
+        '{"t":{"\u00b2":1}}',
+        '{"t":{"\u0663":1}}',
+    ],
 )
 def test_a_kafka_offset_that_is_not_partition_to_offset_is_refused(line: str) -> None:
     with pytest.raises(CheckpointError, match="offsets/3"):
@@ -93,6 +116,7 @@ def test_a_journal_entry_round_trips(raw: list[tuple[str, int, int, int]]) -> No
     [
         "nope",
         {"version": 2, "ranges": []},
+        {"version": True, "ranges": []},
         {"version": 1, "ranges": {}},
         {"version": 1, "ranges": [["t", 0, 5, 5]]},
         {"version": 1, "ranges": [["t", 0, 6, 5]]},
@@ -161,7 +185,9 @@ def test_the_chunks_of_successive_batches_read_every_journalled_offset_once(
     second_jump = jump_at + gap
     batch = jump_at + 1
     while batch < 10_000:
+        check_journal(jumps, chunks, "ck")  # what the chunks make of the journal is always consistent
         if batch == second_jump:
+            check_new_jump(jumps, chunks, batch, ranges2, "ck")  # it starts past the first jump's ranges
             jumps[batch] = ranges2
             batch += 1
             continue
@@ -205,3 +231,153 @@ def test_a_small_chunk_is_not_cut_into_tasks_below_the_minimum_size() -> None:
     assert task_count(chunk(1_000_000, 1_000_000), 4) == 4
     assert task_count(chunk(150_000, 100_000), 8) == 3
     assert task_count(chunk(50), 1) == 1
+
+
+# -- the journal as a whole ---------------------------------------------------------------------
+
+
+def P(partition: int, start: int, end: int) -> Piece:
+    return Piece("t", partition, start, end, True)
+
+
+@pytest.mark.parametrize(
+    ("jumps", "chunks", "files"),
+    [
+        # two jumps journal the same offsets (the review's stale_and_overlap.py): owed, and read, twice
+        ({3: [P(0, 0, 100)], 8: [P(0, 50, 150)]}, {}, ["ck/fastrecover/jumps/3", "ck/fastrecover/jumps/8"]),
+        ({3: [P(0, 0, 100), P(1, 0, 10)], 8: [P(1, 5, 6)]}, {}, ["jumps/3", "jumps/8"]),
+        # two batches read the same offsets
+        ({3: [P(0, 0, 100)]}, {5: [P(0, 0, 10)], 6: [P(0, 9, 20)]}, ["chunks/5", "chunks/6"]),
+        # a chunk outside every jump range (untrusted.py: a chunk file from another checkpoint)
+        ({3: [P(0, 0, 100)]}, {9: [P(0, 500, 600)]}, ["chunks/9", "jumps/3"]),
+        ({3: [P(0, 0, 100)]}, {9: [P(1, 0, 10)]}, ["chunks/9"]),
+        ({3: [P(0, 0, 100)]}, {9: [P(0, 90, 110)]}, ["chunks/9", "100-110"]),
+        # a chunk of a batch before (or at) the jump whose ranges it holds
+        ({7: [P(0, 0, 100)]}, {5: [P(0, 0, 10)]}, ["chunks/5", "before batch 5 (none)"]),
+        ({7: [P(0, 0, 100)]}, {7: [P(0, 0, 10)]}, ["chunks/7"]),
+        ({3: [P(0, 0, 10)], 7: [P(0, 10, 100)]}, {5: [P(0, 0, 20)]}, ["chunks/5", "10-20"]),
+    ],
+)
+def test_journal_entries_that_contradict_each_other_are_refused_naming_the_files(
+    jumps: dict[int, list[Piece]], chunks: dict[int, list[Piece]], files: list[str]
+) -> None:
+    with pytest.raises(CheckpointError) as error:
+        check_journal(jumps, chunks, "ck/fastrecover")
+    assert all(f in str(error.value) for f in files), str(error.value)
+
+
+def test_a_consistent_journal_is_accepted() -> None:
+    jumps = {3: [P(0, 0, 100), P(1, 0, 10)], 8: [P(0, 100, 150), P(1, 20, 30)]}
+    chunks = {5: [P(0, 0, 50), P(1, 0, 10)], 6: [P(0, 50, 100)], 10: [P(0, 100, 120), P(1, 20, 30)]}
+    check_journal(jumps, chunks, "ck")
+    check_journal({}, {}, "ck")
+    check_journal(jumps, {}, "ck")
+
+
+entries_strategy = st.dictionaries(
+    st.integers(0, 6),
+    st.lists(
+        st.tuples(st.integers(0, 1), st.integers(0, 30), st.integers(1, 10)), max_size=2, unique_by=lambda t: t[0]
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw_jumps=entries_strategy, raw_chunks=entries_strategy)
+def test_check_journal_refuses_exactly_what_an_offset_by_offset_account_finds_wrong(
+    raw_jumps: dict[int, list[tuple[int, int, int]]], raw_chunks: dict[int, list[tuple[int, int, int]]]
+) -> None:
+    jumps = {b: [P(p, s, s + n) for p, s, n in rs] for b, rs in raw_jumps.items()}
+    chunks = {b: [P(p, s, s + n) for p, s, n in rs] for b, rs in raw_chunks.items()}
+
+    def offsets(entries: dict[int, list[Piece]]) -> Counter[tuple[int, int]]:
+        return Counter((p.partition, o) for ps in entries.values() for p in ps for o in range(p.start, p.end))
+
+    twice = any(n > 1 for n in offsets(jumps).values()) or any(n > 1 for n in offsets(chunks).values())
+    outside = any(
+        (c.partition, o) not in offsets({j: rs for j, rs in jumps.items() if j < b})
+        for b, cs in chunks.items()
+        for c in cs
+        for o in range(c.start, c.end)
+    )
+    if twice or outside:
+        with pytest.raises(CheckpointError):
+            check_journal(jumps, chunks, "ck")
+    else:
+        check_journal(jumps, chunks, "ck")
+
+
+def test_a_new_jump_over_journalled_ranges_is_refused_as_kafka_s_offsets_going_back() -> None:
+    jumps = {3: [P(0, 100, 200)], 6: [P(1, 0, 50)]}
+    chunks = {5: [P(0, 100, 130)]}
+    # offsets 120-200 overlap: 120-130 were read by chunk 5, 130-200 are still owed
+    with pytest.raises(CheckpointError, match=r"jumps/3 .*batch 9.*120-200 \(70 of those offsets still owed, 10 "):
+        check_new_jump(jumps, chunks, 9, [P(0, 120, 400)], "ck/fastrecover")
+    with pytest.raises(CheckpointError, match="deleted and re-created, or its log truncated"):
+        check_new_jump(jumps, chunks, 9, [P(1, 49, 60)], "ck/fastrecover")
+    # past every journalled range, or another partition: a new lag, journalled as usual
+    check_new_jump(jumps, chunks, 9, [P(0, 200, 400), P(1, 50, 60), P(2, 0, 10)], "ck/fastrecover")
+
+
+# -- options ------------------------------------------------------------------------------------
+
+#: every option of Spark 4's Kafka source (KafkaSourceProvider of spark-sql-kafka-0-10 4.2.0), with a
+#: value Spark's streaming source takes; the batch-only ones (ending*) are Spark's to refuse or ignore
+SPARK_OPTIONS = {
+    "startingOffsets": '{"t":{"0":-2,"1":5},"u":{"0":-1}}',
+    "startingTimestamp": "1700000000000",
+    "startingOffsetsByTimestamp": '{"t":{"0":1700000000000}}',
+    "startingOffsetsByTimestampStrategy": "latest",
+    "endingOffsets": "latest",
+    "endingTimestamp": "1700000000000",
+    "endingOffsetsByTimestamp": '{"t":{"0":1700000000000}}',
+    "failOnDataLoss": "false",
+    "kafkaConsumer.pollTimeoutMs": "1000",
+    "fetchOffset.numRetries": "5",
+    "fetchOffset.retryIntervalMs": "20",
+    "maxOffsetsPerTrigger": "1000",
+    "minOffsetsPerTrigger": "10",
+    "maxTriggerDelay": "5m",
+    "minPartitions": "4",
+    "maxRecordsPerPartition": "100",
+    "groupIdPrefix": "orders-app",
+    "includeHeaders": "true",
+    "kafka.group.id": "orders-app",
+    "kafka.isolation.level": "read_committed",
+}
+
+
+@pytest.mark.parametrize("what", [{"subscribe": "t"}, {"assign": '{"t":[0,1]}'}, {"subscribePattern": r"t\p{Alpha}*+"}])
+def test_every_option_of_spark_s_kafka_source_is_spark_s_and_not_refused(what: dict[str, str]) -> None:
+    """start_kafka_stream passes every option but its own to Spark's source, which checks them itself."""
+    options = {"kafka.bootstrap.servers": "h:1", **what, **SPARK_OPTIONS}
+    assert not [k for k in options if k.lower().startswith(OWN_OPTIONS)]
+    opts = parse_source_options(options_to_check(options), query_required=False)
+    # the Spark options the recovery uses too, with Spark's meaning
+    assert (opts.fail_on_data_loss, opts.include_headers, opts.min_partitions) == (False, True, 4)
+    assert opts.kafka == {"bootstrap.servers": "h:1", "isolation.level": "read_committed"}
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        ({"backfillTasks": "0"}, "backfillTasks"),
+        ({"maxBackfillOffsetsPerTrigger": "x"}, "maxBackfillOffsetsPerTrigger"),
+        ({"fastrecover.backfill.min.offsets": "-1"}, "fastrecover.backfill.min.offsets"),
+        ({"includeHeaders": "yes"}, "includeHeaders"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"minPartitions": "0"}, "minPartitions"),
+        ({"kafka.sasl.login.callback.handler.class": "x.Y"}, "kafka.sasl.login.callback.handler.class"),
+        ({"kafka.bootstrap.servers": ""}, "kafka.bootstrap.servers"),
+        ({"subscribe": ""}, "subscribe"),
+        ({"subscribePattern": " "}, "subscribePattern"),
+        ({"assign": '{"t":[0]}'}, "exactly one"),
+    ],
+)
+def test_our_options_and_those_the_recovery_shares_are_still_checked(bad: dict[str, str], named: str) -> None:
+    options = {"kafka.bootstrap.servers": "h:1", "subscribe": "t", **bad}
+    if "subscribePattern" in bad:
+        options.pop("subscribe")
+    with pytest.raises(ConfigError, match=named):
+        parse_source_options(options_to_check(options), query_required=False)
