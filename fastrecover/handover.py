@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from fastrecover import hooks
 from fastrecover.commits import CommitPaths
 from fastrecover.errors import StoreError
 from fastrecover.mode_state import RebalanceCallback, key_of
@@ -184,6 +185,7 @@ class Handover(CommitPaths):
             return
         flushed = self._commit_stored() if self.auto_commit else True
         try:
+            hooks.fire("hand-back-read")
             current = {
                 key_of(tp): tp.offset
                 for tp in _K.committed(
@@ -191,6 +193,7 @@ class Handover(CommitPaths):
                     [TopicPartition(k.topic, k.partition) for k in open_keys],
                     timeout=self.settings.recovery_timeout_s,
                 )
+                if tp.error is None
             }
         except KafkaException as exc:
             log.warning("could not read committed offsets to hand ranges back: %s", exc)
@@ -200,7 +203,14 @@ class Handover(CommitPaths):
         for key in open_keys:
             held = [h for h in self.book.held(key) if not h.parked]
             lowest = min(h.pending.committed for h in held if not h.pending.done)
-            primary_at = current.get(key, -1)
+            primary_at = current.get(key)
+            if primary_at is None:
+                # Kafka's offset is unknown, and may be above the open ranges (the primary's own commits,
+                # or the offset store flushed just above): a plain successor would skip them.  Hand back
+                # the lowest unfinished offset without done work; the primary's records are read again.
+                log.warning("%s: Kafka's committed offset is unknown; handing back offset %d", key, lowest)
+                tps.append(self.with_mirror(key, lowest, None))
+                continue
             if primary_at <= lowest:
                 if not flushed:  # librdkafka may hold a higher offset that its auto-commit would write
                     tps.append(self.with_mirror(key, lowest, None))

@@ -78,11 +78,7 @@ def _in_plain_commit(stacks: str) -> bool:
     synchronous ``commit()`` makes the same call from ``fastrecover/commits.py`` (seen in CI on
     2026-11-23: ``kafka`` in ``commit_both``, the coordinator logging "1 out-queue" every 61 s).
     """
-    blocks = re.split(r"(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", stacks)
-    main = [b for b in blocks[1:] if " in <module>" in b]
-    if not main:
-        return False
-    frames = re.findall(r'File "([^"]+)", line (\d+) in (\w+)', main[-1])
+    frames = _main_frames(stacks)
     if not frames:
         return False
     path, line, _func = frames[0]
@@ -90,6 +86,33 @@ def _in_plain_commit(stacks: str) -> bool:
         return False
     source = Path(path).read_text(encoding="utf-8").splitlines()
     return "_K.commit(" in source[int(line) - 1]
+
+
+def _main_frames(stacks: str) -> list[tuple[str, str, str]]:
+    """The main thread's frames (path, line, function), innermost first, in the newest faulthandler dump."""
+    blocks = re.split(r"(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", stacks)
+    main = [b for b in blocks[1:] if " in <module>" in b]
+    if not main:
+        return []
+    return re.findall(r'File "([^"]+)", line (\d+) in (\w+)', main[-1])
+
+
+def _where_they_are(driver: ChaosDriver, back_ms: int) -> str:
+    """A line a member: alive, records finished since the broker came back, the main thread's innermost frames.
+
+    It opens a failure message, before the full dumps, so that a report that keeps only the start of a
+    failure still says where a member was stuck."""
+    out = []
+    for i in (0, 1):
+        proc = driver.proc(i)
+        if proc is None:
+            out.append(f"member {i}: no process")
+            continue
+        frames = _main_frames(proc.dump_stacks(lines=400)) if proc.alive else []
+        where = " <- ".join(f"{Path(p).name}:{line} {func}" for p, line, func in frames[:4]) or "no stack"
+        state = "alive" if proc.alive else "exited"
+        out.append(f"member {i} ({proc.name}, {state}, {driver.finished_by(i, back_ms)} finished since): {where}")
+    return "\n".join(out)
 
 
 def _dump(frames: list[tuple[Path, int, str]]) -> str:
@@ -182,7 +205,7 @@ def test_broker_stop_and_restart_loses_nothing_and_both_resume(
     try:
         wait_for(both_resumed, 120, 0.2, "both members to finish records after the broker came back")
     except TimeoutError as exc:
-        raise AssertionError(f"{exc}\n{driver.dump_stacks()}") from exc
+        raise AssertionError(f"{exc}\n{_where_they_are(driver, back_ms)}\n{driver.dump_stacks()}") from exc
     for i in (0, 1):
         proc = driver.proc(i)
         assert proc is not None and proc.alive, f"member {i} died with the broker"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fastrecover import Consumer, hooks
@@ -314,6 +314,25 @@ def test_a_graceful_close_under_auto_commit_hands_the_ranges_back_to_a_plain_suc
         successor.close()
     assert min(offset_of(m) for m in got) == committed
     assert by_a | {offset_of(m) for m in got} >= set(range(10, 2070))
+
+
+def test_a_hand_back_that_cannot_read_the_committed_offsets_still_moves_kafkas_offset_down(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under auto-commit the hand-back first commits librdkafka's offset store, the primary's position
+    above the open range.  When reading the committed offsets then failed, nothing was handed back and
+    Kafka's offset stayed there: a plain successor skipped the range."""
+    topic = topic_factory(partitions=1)
+    a, by_a = _backfilling(bootstrap, topic, unique_group, store_url, **{"enable.auto.commit": True})
+
+    def the_broker_does_not_answer() -> None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: committed offsets not read"))
+
+    monkeypatch.setattr(hooks, "_registered", {"hand-back-read": the_broker_does_not_answer})
+    a.close()
+    committed = group_offsets(bootstrap, unique_group, topic)[0].offset
+    owed = min(set(range(10, 2020)) - by_a)
+    assert 10 <= committed <= owed, f"Kafka's offset {committed} after the hand-back; {owed} was never delivered"
 
 
 def test_a_committed_offset_above_what_the_primary_returned_is_not_handed_back_as_done(
