@@ -95,10 +95,13 @@ class Handover(CommitPaths):
             if self.user_cbs[0] is not None:
                 self.user_cbs[0](self.app, partitions)
         finally:
+            # Also when the application's callback raised: confluent_kafka then assigns the partitions
+            # itself (and poll() raises the error), which would start them at the committed offset,
+            # with no recovery.  The assignment is made here, with recovery, and the error goes on.
             self.in_rebalance = False
-        if not self.assigned_in_cb:
-            self.assign(partitions, incremental=self.cooperative)
-        self.joining_until = 0.0
+            if not self.assigned_in_cb:
+                self.assign(partitions, incremental=self.cooperative)
+            self.joining_until = 0.0
 
     def on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.rebalance_out(partitions, self.user_cbs[1], lost=False)

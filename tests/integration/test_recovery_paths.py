@@ -414,6 +414,39 @@ def test_assigning_the_same_partition_again_keeps_backfilling_its_range(
         consumer.close()
 
 
+def test_an_on_assign_that_raises_still_recovers_its_partitions(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """When the application's on_assign raises, confluent_kafka assigns the partitions itself and poll()
+    raises the error.  fastrecover's recovery was skipped with it: the lag was replayed in order."""
+    topic = topic_factory(partitions=1)
+    make_lag(bootstrap, topic, unique_group, committed=10, log_end=2020)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+
+    def failing_on_assign(_consumer: Any, _partitions: list[TopicPartition]) -> None:
+        raise RuntimeError("the application's on_assign failed")
+
+    raised: list[RuntimeError] = []
+
+    def recovered() -> bool:
+        try:
+            consumer.poll(0.1)
+        except RuntimeError as exc:
+            raised.append(exc)
+        return bool(consumer.assignment())
+
+    try:
+        consumer.subscribe([topic], on_assign=failing_on_assign)
+        wait_for(recovered, 60, 0.001, "the assignment")
+        assert [str(e) for e in raised] == ["the application's on_assign failed"]
+        assert [r.new_ranges for r in consumer.recoveries] == [(OffsetRange(10, 2020),)], consumer.recoveries
+        produce(bootstrap, topic, [f"r{i}" for i in range(2020, 2030)], partition=0)
+        got: list[Message] = []
+        poll_until(consumer, got, lambda: {offset_of(m) for m in got} >= set(range(10, 2030)), 60, "every record")
+    finally:
+        consumer.close()
+
+
 def test_lost_store_falls_back_to_commit_metadata_mirror(
     bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
 ) -> None:
