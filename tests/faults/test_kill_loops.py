@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -82,7 +84,8 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     driver.spawn(0, faults=False, extra=["--commit", "message"])
     stalling = driver.spawn(1, faults=False, extra=["--stall-at", "backfill", "--stall-after", "1"])
     driver.spawn(2, faults=False)
-    wait_for(
+    _wait(
+        driver,
         lambda: stalling.has("stalled") or all(driver.finished_by(i, 0) > 0 for i in range(3)),
         90,
         0.1,
@@ -90,7 +93,8 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     )
     # m1 reads on after the group settled (100 records, about 16 per partition), committing each one
     settled_ms = int(time.time() * 1000)
-    wait_for(
+    _wait(
+        driver,
         lambda: stalling.has("stalled") or driver.finished_by(0, settled_ms) >= 100,
         90,
         0.1,
@@ -99,15 +103,25 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     m1_down = not stalling.has("stalled")
     if m1_down:
         driver.kill(0)
-    wait_for(lambda: stalling.has("stalled"), 90, 0.1, "m2 to stall in a range of m1's lagging partitions")
+    _wait(driver, lambda: stalling.has("stalled"), 90, 0.1, "m2 to stall in a range of m1's lagging partitions")
     driver.kill(1)
     if m1_down:
         driver.spawn(0, faults=False)
     ledgers = driver.workdir / "ledger"
-    wait_for(
+    _wait(
+        driver,
         lambda: ranges_handed_over(read_ledgers(sorted(ledgers.glob("*.ledger")))[0]) > 0,
         120,
         0.25,
         "another member to take over m2's range",
     )
     driver.spawn(1)  # back to the random schedule
+
+
+def _wait(driver: ChaosDriver, predicate: Callable[[], Any], timeout: float, interval: float, what: str) -> None:
+    """wait_for, and on a timeout every member's threads and log tail in the failure (the opening's timing
+    depends on the group's assignments; a report must say where it stood)."""
+    try:
+        wait_for(predicate, timeout, interval, what)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{driver.dump_stacks()}") from exc
