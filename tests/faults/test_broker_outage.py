@@ -20,8 +20,10 @@ socket.timeout.ms and nothing else. The same wait was seen with fastrecover
 off (docs/reliability.md, session 5; confluent-kafka-python#1801). librdkafka's
 commit has no timeout and a drop-in cannot add one, so the test does what a
 liveness probe does: after the broker has been back for ``HUNG_S`` it
-restarts a member whose main thread is in that call. Any other stuck member
-still fails the test, and every restart must be explained.
+restarts a member whose main thread is in that call. It does the same for a
+member that librdkafka never put back in the group after revoking its lost
+assignment during the outage (``_never_rejoined``, seen once in CI). Any other
+stuck member still fails the test, and every restart must be explained.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from fastrecover_tools.chaos.driver import ChaosDriver
+from fastrecover_tools.chaos.driver import ChaosDriver, WorkerProc
 from fastrecover_tools.testing.broker import LocalJarBroker
 from fastrecover_tools.testing.waiting import wait_for
 from tests.faults.conftest import DriverFactory, verdict_ok
@@ -86,6 +88,28 @@ def _in_plain_commit(stacks: str) -> bool:
         return False
     source = Path(path).read_text(encoding="utf-8").splitlines()
     return "_K.commit(" in source[int(line) - 1]
+
+
+def _never_rejoined(proc: WorkerProc, stacks: str) -> bool:
+    """Revoked during the outage and never assigned again, its main thread idle in the plain client's wait.
+
+    Seen in CI on 2026-11-24 (classic, dynamic): the broker stopped 1 s after both members joined; m1's
+    synchronous commit waited for the coordinator until its session timed out (3 s), failed with
+    _WAIT_COORD, the lost assignment was revoked while the broker was still away, and librdkafka never
+    sent another group request: no log line for the 120 s after the broker came back, no assignment,
+    the main thread in confluent_kafka's ``consume()``, while m2 rejoined and took every partition.
+    fastrecover held no range there and had nothing in flight, so the member is restarted like the
+    commit wait above; a member whose main thread is anywhere else still fails the test.
+    """
+    revoked, assigned = proc.count("revoked"), proc.count("assigned")
+    if not revoked or (assigned and assigned[-1]["t"] > revoked[-1]["t"]):
+        return False
+    frames = _main_frames(stacks)
+    if not frames or "/fastrecover/" not in frames[0][0]:
+        return False
+    path, line, _func = frames[0]
+    source = Path(path).read_text(encoding="utf-8").splitlines()[int(line) - 1]
+    return "_K.consume(" in source or "_K.poll(" in source
 
 
 def _main_frames(stacks: str) -> list[tuple[str, str, str]]:
@@ -142,7 +166,8 @@ def test_the_probe_sees_the_plain_commit_wherever_fastrecover_calls_it() -> None
 
 
 class _LivenessProbe:
-    """What a liveness probe does: restart a member stuck in librdkafka's synchronous commit."""
+    """What a liveness probe does: restart a member stuck in librdkafka's synchronous commit, or one
+    librdkafka never put back in the group (both upstream waits, see the two functions above)."""
 
     def __init__(self, driver: ChaosDriver, back_ms: int) -> None:
         self.driver = driver
@@ -158,11 +183,17 @@ class _LivenessProbe:
             proc = self.driver.proc(i)
             if proc is None or not proc.alive or self.driver.finished_by(i, self.back_ms) > 0:
                 continue
-            if _in_plain_commit(proc.dump_stacks(lines=400)):
-                log.warning("%s waits in librdkafka's synchronous commit: restarting it", proc.name)
-                self.restarted.append(proc.name)
-                proc.kill("hung-in-commit")
-                self.driver.spawn(i, faults=False)
+            stacks = proc.dump_stacks(lines=400)
+            if _in_plain_commit(stacks):
+                why = "hung-in-commit"
+            elif _never_rejoined(proc, stacks):
+                why = "never-rejoined"
+            else:
+                continue
+            log.warning("%s is stuck (%s): restarting it", proc.name, why)
+            self.restarted.append(f"{proc.name}: {why}")
+            proc.kill(why)
+            self.driver.spawn(i, faults=False)
 
 
 @pytest.mark.parametrize(
