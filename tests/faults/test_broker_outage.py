@@ -166,8 +166,8 @@ def test_the_probe_sees_the_plain_commit_wherever_fastrecover_calls_it() -> None
 
 
 class _LivenessProbe:
-    """What a liveness probe does: restart a member stuck in librdkafka's synchronous commit, or one
-    librdkafka never put back in the group (both upstream waits, see the two functions above)."""
+    """What a liveness probe does: restart a member stuck in librdkafka's synchronous commit (upstream),
+    or one librdkafka never put back in the group (cause not established: docs/reliability.md, session 18)."""
 
     def __init__(self, driver: ChaosDriver, back_ms: int) -> None:
         self.driver = driver
