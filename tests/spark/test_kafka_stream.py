@@ -68,17 +68,35 @@ def _kinds(sink: Sink, batches: set[int] | None = None) -> Counter[str]:
     return Counter(r.value[:1] for b, rows in sink.batches() if batches is None or b in batches for r in rows)
 
 
+def _run(
+    spark: SparkSession,
+    options: dict[str, str],
+    process: Callable[[Any, int], None],
+    checkpoint: Path,
+    until: Callable[[], object],
+    timeout: float,
+    what: str,
+    *,
+    then: Callable[[], object] | None = None,
+) -> None:
+    """A continuous run until ``until()`` holds and everything available is processed, then stopped.
+    ``then()`` runs once the query has started (records produced after a restart)."""
+    query = start_kafka_stream(spark, options, process, str(checkpoint), trigger=TRIGGER)
+    try:
+        if then is not None:
+            then()
+        _wait(query, until, timeout, what)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 def _warm_up(
     spark: SparkSession, bootstrap: str, topic: str, options: dict[str, str], sink: Sink, checkpoint: Path
 ) -> None:
     """A first run that reads 4 records and commits: the checkpoint sits at the log end."""
     produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: _kinds(sink)["W"] >= 4, 120, "the warm-up records")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(spark, options, sink, checkpoint, lambda: _kinds(sink)["W"] >= 4, 120, "the warm-up records")
 
 
 def _run_until_failure(
@@ -109,23 +127,21 @@ def test_a_restart_jumps_to_the_log_end_and_the_lag_drains_in_chunks_while_the_t
     checkpoint = tmp_path / "checkpoint"
     options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="700", backfillTasks="3")
     produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(10)])
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: _kinds(sink)["W"] >= 10, 120, "the warm-up records")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(spark, options, sink, checkpoint, lambda: _kinds(sink)["W"] >= 10, 120, "the warm-up records")
     before = max(_batch_ids(checkpoint / "offsets"))
     # Downtime: 2,000 records of lag; then the restart, and a handful of fresh records, then silence.
     produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(2000)])
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        produce(bootstrap, topic, [Record(b"F%d" % i, partition=i % 2) for i in range(4)])
-        # No record is produced from here on: the idle ticker keeps batches, and the chunks, coming.
-        _wait(query, lambda: _kinds(sink)["L"] >= 2000 and _kinds(sink)["F"] >= 4, 180, "the lag and fresh records")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    # The fresh records (then) are the last produced: the idle ticker keeps batches, and the chunks, coming.
+    _run(
+        spark,
+        options,
+        sink,
+        checkpoint,
+        lambda: _kinds(sink)["L"] >= 2000 and _kinds(sink)["F"] >= 4,
+        180,
+        "the lag and fresh records",
+        then=lambda: produce(bootstrap, topic, [Record(b"F%d" % i, partition=i % 2) for i in range(4)]),
+    )
 
     after = [(b, rows) for b, rows in sink.batches() if b > before]
     jump = before + 1
@@ -176,13 +192,16 @@ def test_a_batch_left_uncommitted_runs_again_with_the_same_records_before_the_ju
     first_attempt = sorted((r.partition, r.offset) for b, rows in sink.batches() if b == failed for r in rows)
     assert first_attempt and not (checkpoint / "commits" / str(failed)).exists()
     produce(bootstrap, topic, [Record(b"M%d" % i, partition=i % 2) for i in range(500)])  # more downtime
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
-        _wait(query, lambda: _kinds(sink)["M"] >= 500 and _kinds(sink)["G"] >= 2, 180, "everything")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(
+        spark,
+        options,
+        sink,
+        checkpoint,
+        lambda: _kinds(sink)["M"] >= 500 and _kinds(sink)["G"] >= 2,
+        180,
+        "everything",
+        then=lambda: produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)]),
+    )
     attempts = [sorted((r.partition, r.offset) for r in rows) for b, rows in sink.batches() if b == failed]
     assert attempts == [first_attempt, first_attempt]  # the rerun read exactly what the failed attempt read
     # A second jump (the 500 records of the second downtime) and the first's remaining chunks both drained.
@@ -325,12 +344,7 @@ def test_includeheaders_assign_and_a_new_query_start_as_spark_s_source(
         "startingOffsets": json.dumps({topic: {"1": 2}}),
         "includeHeaders": "true",
     }
-    query = start_kafka_stream(spark, options, collect, str(tmp_path / "ck"), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: len(seen) >= 3, 120, "partition 1 from offset 2")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(spark, options, collect, tmp_path / "ck", lambda: len(seen) >= 3, 120, "partition 1 from offset 2")
     # Partition 1 only, from offset 2; its records are i = 1, 3, 5, 7, 9 at offsets 0..4.
     assert sorted(seen) == [(1, o, [("h", b"%d" % (2 * o + 1))]) for o in range(2, 5)]
 
@@ -346,21 +360,19 @@ def test_a_restart_with_a_1m_lag_delivers_fresh_records_first_and_the_lag_once(
     sink = ParquetSink(tmp_path / "out")
     options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="400000", backfillTasks="3")
     produce(bootstrap, topic, [Record(b"W", partition=p) for p in (0, 1) for _ in range(5)])
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: sink.seen("W") >= 10, 120, "the warm-up records")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(spark, options, sink, checkpoint, lambda: sink.seen("W") >= 10, 120, "the warm-up records")
     before = max(_batch_ids(checkpoint / "offsets"))
     _produce_many(bootstrap, topic, LAG, 2, b"L")
-    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-    try:
-        produce(bootstrap, topic, [Record(b"F", partition=p) for p in (0, 1)])
-        _wait(query, lambda: sink.seen("L") >= LAG and sink.seen("F") >= 2, 600, "the lag and the fresh records")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(
+        spark,
+        options,
+        sink,
+        checkpoint,
+        lambda: sink.seen("L") >= LAG and sink.seen("F") >= 2,
+        600,
+        "the lag and the fresh records",
+        then=lambda: produce(bootstrap, topic, [Record(b"F", partition=p) for p in (0, 1)]),
+    )
     rows = spark.read.parquet(sink.path)
     after = rows.where(F.col("batch") > before)
     # Fresh records produced after the restart are never backfill; the first batch after the jump reads no chunk.
@@ -415,12 +427,7 @@ def test_a_jump_cut_short_by_a_crash_is_redone_or_finished_and_nothing_is_lost(
         return max(_batch_ids(checkpoint / "offsets"))
 
     def run(until: Any, what: str) -> None:
-        query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
-        try:
-            _wait(query, until, 180, what)
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        _run(spark, options, sink, checkpoint, until, 180, what)
 
     produce(bootstrap, topic, [Record(b"W%d" % i, partition=i % 2) for i in range(4)])
     run(lambda: _kinds(sink)["W"] >= 4, "the warm-up records")
@@ -461,12 +468,7 @@ def test_spark_s_own_options_pass_through_subscribepattern_and_maxoffsetspertrig
         "minPartitions": "3",
         "kafka.group.id": f"{first}-application",
     }
-    query = start_kafka_stream(spark, options, sink, str(tmp_path / "ck"), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: sink.count() >= 60, 180, "both topics")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(spark, options, sink, tmp_path / "ck", lambda: sink.count() >= 60, 180, "both topics")
     per_batch = [len(rows) for _, rows in sink.batches() if rows]
     assert max(per_batch) <= 8 and sum(per_batch) == 60
     assert Counter(r.value.rsplit("-", 1)[0] for r in sink.rows()) == {first: 30, second: 30}
@@ -651,12 +653,7 @@ def test_a_new_query_starts_where_spark_s_startingoffsetsbytimestamp_says(
         "startingOffsetsByTimestamp": json.dumps({topic: {"0": base + 5000, "1": base + 1500}}),
         "startingOffsetsByTimestampStrategy": "error",
     }
-    query = start_kafka_stream(spark, options, sink, str(tmp_path / "ck"), trigger=TRIGGER)
-    try:
-        _wait(query, lambda: sink.count() >= 13, 120, "the records from the timestamps on")
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    _run(spark, options, sink, tmp_path / "ck", lambda: sink.count() >= 13, 120, "the records from the timestamps on")
     assert sorted((r.partition, r.offset) for r in sink.rows()) == [(0, o) for o in range(5, 10)] + [
         (1, o) for o in range(2, 10)
     ]
