@@ -17,7 +17,9 @@ confluent_kafka's own synchronous ``commit()`` (the C call; fastrecover had
 handed the commit straight to the plain client). Its coordinator connection
 logs ``Timed out 0 in-flight, 0 retry-queued, 1 out-queue`` every
 socket.timeout.ms and nothing else. The same wait was seen with fastrecover
-off (docs/reliability.md, session 5; confluent-kafka-python#1801). librdkafka's
+off (docs/reliability.md, session 5; confluent-kafka-python#1801), and in 1 of
+40 runs of this scenario with plain members (session 19), where librdkafka's
+coordinator query found no usable broker for the whole wait. librdkafka's
 commit has no timeout and a drop-in cannot add one, so the test does what a
 liveness probe does: after the broker has been back for ``HUNG_S`` it
 restarts a member whose main thread is in that call. It does the same for a
