@@ -116,6 +116,24 @@ def crash_with_lag(driver: ChaosDriver, *, finished: int, lag: int) -> WorkerPro
     return first
 
 
+def wait_or_report(
+    driver: ChaosDriver,
+    predicate: Callable[[], Any],
+    timeout: float,
+    interval: float,
+    what: str,
+    *,
+    summary: Callable[[], str] | None = None,
+) -> None:
+    """wait_for, and on a timeout every member's threads and log tail in the failure (a fault test's timing
+    depends on the group and the broker: a report must say where each member stood), after ``summary``."""
+    try:
+        wait_for(predicate, timeout, interval, what)
+    except TimeoutError as exc:
+        head = f"{summary()}\n" if summary is not None else ""
+        raise AssertionError(f"{exc}\n{head}{driver.dump_stacks()}") from exc
+
+
 def verdict_ok(result: ChaosResult) -> str:
     """The table, logged and returned for assertion messages."""
     table = format_result(result)

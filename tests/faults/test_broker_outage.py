@@ -41,7 +41,7 @@ import pytest
 from fastrecover_tools.chaos.driver import ChaosDriver, WorkerProc
 from fastrecover_tools.testing.broker import LocalJarBroker
 from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import DriverFactory, verdict_ok
+from tests.faults.conftest import DriverFactory, verdict_ok, wait_or_report
 
 pytestmark = pytest.mark.faults
 log = logging.getLogger("fastrecover.tests.faults")
@@ -235,10 +235,14 @@ def test_broker_stop_and_restart_loses_nothing_and_both_resume(
         probe.check()
         return all(driver.finished_by(i, back_ms) > 0 for i in (0, 1))
 
-    try:
-        wait_for(both_resumed, 120, 0.2, "both members to finish records after the broker came back")
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}\n{_where_they_are(driver, back_ms)}\n{driver.dump_stacks()}") from exc
+    wait_or_report(
+        driver,
+        both_resumed,
+        120,
+        0.2,
+        "both members to finish records after the broker came back",
+        summary=lambda: _where_they_are(driver, back_ms),
+    )
     for i in (0, 1):
         proc = driver.proc(i)
         assert proc is not None and proc.alive, f"member {i} died with the broker"

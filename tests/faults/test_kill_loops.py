@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from fastrecover_tools.chaos.checker import ranges_handed_over, read_ledgers
 from fastrecover_tools.chaos.driver import ChaosDriver
-from fastrecover_tools.testing.waiting import wait_for
-from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, cycles, verdict_ok
+from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, cycles, verdict_ok, wait_or_report
 
 pytestmark = pytest.mark.faults
 
@@ -84,7 +81,7 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     driver.spawn(0, faults=False, extra=["--commit", "message"])
     stalling = driver.spawn(1, faults=False, extra=["--stall-at", "backfill", "--stall-after", "1"])
     driver.spawn(2, faults=False)
-    _wait(
+    wait_or_report(
         driver,
         lambda: stalling.has("stalled") or all(driver.finished_by(i, 0) > 0 for i in range(3)),
         90,
@@ -93,7 +90,7 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     )
     # m1 reads on after the group settled (100 records, about 16 per partition), committing each one
     settled_ms = int(time.time() * 1000)
-    _wait(
+    wait_or_report(
         driver,
         lambda: stalling.has("stalled") or driver.finished_by(0, settled_ms) >= 100,
         90,
@@ -103,12 +100,14 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     m1_down = not stalling.has("stalled")
     if m1_down:
         driver.kill(0)
-    _wait(driver, lambda: stalling.has("stalled"), 90, 0.1, "m2 to stall in a range of m1's lagging partitions")
+    wait_or_report(
+        driver, lambda: stalling.has("stalled"), 90, 0.1, "m2 to stall in a range of m1's lagging partitions"
+    )
     driver.kill(1)
     if m1_down:
         driver.spawn(0, faults=False)
     ledgers = driver.workdir / "ledger"
-    _wait(
+    wait_or_report(
         driver,
         lambda: ranges_handed_over(read_ledgers(sorted(ledgers.glob("*.ledger")))[0]) > 0,
         120,
@@ -116,12 +115,3 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
         "another member to take over m2's range",
     )
     driver.spawn(1)  # back to the random schedule
-
-
-def _wait(driver: ChaosDriver, predicate: Callable[[], Any], timeout: float, interval: float, what: str) -> None:
-    """wait_for, and on a timeout every member's threads and log tail in the failure (the opening's timing
-    depends on the group's assignments; a report must say where it stood)."""
-    try:
-        wait_for(predicate, timeout, interval, what)
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}\n{driver.dump_stacks()}") from exc
