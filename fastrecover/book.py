@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fastrecover.codec import decode_mirror, encode_mirror
+from fastrecover.codec import MARKED_MIRROR_LIMIT, decode_mirror, encode_mirror, mark
 from fastrecover.errors import CodecError
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
@@ -62,10 +62,10 @@ class Held:
         return self.pending != self.token.progress or self.skipped != self.token.skipped
 
 
-def _mirror_is_exact(text: str, ranges: list[RangeProgress], key: bytes | None, context: str) -> bool:
+def _mirror_is_exact(text: str, ranges: list[RangeProgress]) -> bool:
     """Whether the mirror says everything the book holds (no maps dropped, no ranges merged)."""
     try:
-        return decode_mirror(text, key=key, context=context) == sorted((r for r in ranges if not r.done), key=_start)
+        return decode_mirror(text) == sorted((r for r in ranges if not r.done), key=_start)
     except CodecError:
         return False
 
@@ -89,6 +89,8 @@ class RangeBook:
         #: held token ids per partition; read directly (never written) by the hot commit paths
         self.by_key: dict[TopicPartitionKey, list[int]] = {}
         self._mirror: dict[TopicPartitionKey, str] = {}
+        #: the lineage each partition's ranges belong to (set by recovery; see fastrecover.recovery)
+        self._lineage: dict[TopicPartitionKey, str] = {}
         self._spans: dict[TopicPartitionKey, list[tuple[int, OffsetRange]]] = {}
         self._next_parked_id = -1
         #: mirrors that had to leave out completion maps or merge ranges (re-delivery on a fallback)
@@ -163,8 +165,10 @@ class RangeBook:
         return held
 
     def remove_partitions(self, keys: Iterable[TopicPartitionKey]) -> list[Held]:
+        """Forget every range of ``keys`` (and their lineages); the ranges removed are returned."""
         removed: list[Held] = []
         for key in list(keys):
+            self._lineage.pop(key, None)
             for token_id in list(self.by_key.get(key, ())):
                 held = self.remove(token_id)
                 if held is not None:
@@ -241,16 +245,41 @@ class RangeBook:
         return [h.durable for h in self.held(key)]
 
     def mirror(self, key: TopicPartitionKey) -> str:
-        """Commit-metadata text of a partition's open ranges (cached until they change)."""
+        """The unsigned ``fr1`` text of a partition's open ranges (cached until they change).
+
+        Sized to fit behind a marker's header and signature (:func:`metadata`).
+        """
         text = self._mirror.get(key)
         if text is None:
             ranges = self.open_durable(key)
-            context = mirror_context(self._group, key)
-            text = encode_mirror(ranges, key=self._mirror_key, context=context)
+            text = encode_mirror(ranges, limit=MARKED_MIRROR_LIMIT)
             self._mirror[key] = text
-            if text and not _mirror_is_exact(text, ranges, self._mirror_key, context):
+            if text and not _mirror_is_exact(text, ranges):
                 self.mirror_degradations += 1
         return text
+
+    def set_lineage(self, key: TopicPartitionKey, lineage: str) -> None:
+        """The lineage that vouches for ``key``'s ranges from now on (recovery decided it)."""
+        self._lineage[key] = lineage
+
+    def lineage(self, key: TopicPartitionKey) -> str | None:
+        return self._lineage.get(key)
+
+    def metadata(self, key: TopicPartitionKey, offset: int) -> str:
+        """What a commit of ``offset`` for ``key`` carries: the marker with the mirror, signed with the mirror key.
+
+        Without a lineage (none was decided: the book was filled by hand) it is the plain mirror.
+        """
+        mirror = self.mirror(key)
+        context = mirror_context(self._group, key)
+        lineage = self._lineage.get(key)
+        if lineage is None:
+            if self._mirror_key is None or not mirror:
+                return mirror
+            return encode_mirror(
+                self.open_durable(key), limit=MARKED_MIRROR_LIMIT, key=self._mirror_key, context=context
+            )
+        return mark(mirror, lineage, offset, key=self._mirror_key, context=context)
 
     def works(self, ids: Iterable[int] | None = None) -> list[RangeWork]:
         """Read orders for the child: resume each range (of ``ids``, default all) from its progress."""

@@ -328,6 +328,11 @@ class ChildReader:
                 queue[0].fetched_all = False
                 self._start(queue[0], assigned=False)
 
+    def cluster_id(self, topic: str) -> str | None:
+        """The Kafka cluster's id, asked through the child's handle (created for it if need be)."""
+        self._ensure_handle()
+        return self._h.cluster_id(topic)
+
     def restart(self) -> None:
         """Replace a failed handle; every range resumes from its delivery cursor."""
         self._segments.clear()

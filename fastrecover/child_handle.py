@@ -86,6 +86,20 @@ class ChildHandle:
             log.debug("watermarks of %s unavailable (%s); reading from the cursor", key, exc)
             return None
 
+    def cluster_id(self, topic: str) -> str | None:
+        """The cluster's id from a metadata request for ``topic``; None when the broker does not answer.
+
+        Asked of this handle, not the primary's: librdkafka aborts on a metadata request made
+        inside a KIP-848 rebalance callback, where recovery runs.
+        """
+        try:
+            metadata = self._consumer.list_topics(topic, timeout=self._timeout)
+        except KafkaException as exc:
+            log.debug("cluster id unavailable: %s", exc)
+            return None
+        cluster: str | None = metadata.cluster_id
+        return cluster
+
     def assigned(self) -> set[tuple[str, int]]:
         """The partitions the handle fetches now, as ``(topic, partition)`` (equal to their keys)."""
         return {(t.topic, t.partition) for t in self._consumer.assignment()}

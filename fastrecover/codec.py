@@ -1,4 +1,4 @@
-"""The commit-metadata mirror (``fr1:``): a partition's open ranges as short ASCII text.
+"""The commit-metadata mirror: a partition's open ranges as short ASCII text, and its marker.
 
 The open ranges of a partition are mirrored into the primary's Kafka commit
 metadata, which brokers cap at ``offset.metadata.max.bytes`` (4096 by default),
@@ -17,6 +17,15 @@ duplicate and overlapping rows, and, when a mirror key is configured, ignores
 metadata that does not carry a valid HMAC.  What recovery then does with a
 decoded mirror is equally conservative (see ``fastrecover.recovery``): at worst
 records are delivered twice, never skipped.
+
+**The marker** (``fr2:<lineage>/<offset>:<mirror>``) is what fastrecover writes
+today: the ``fr1`` mirror behind a header naming the *lineage* (cluster id and
+a nonce, see :mod:`fastrecover.recovery`) and the very offset it was committed
+with.  It is how a later recovery tells "Kafka's committed offset was written by
+fastrecover, and the ranges of this lineage still describe it" from "someone
+else moved the offset" (an operator's reset, a re-created topic, a plain
+member).  A signed marker binds the header too, so a copied signature cannot
+vouch for another offset.  Plain ``fr1:`` text (older versions) is still read.
 """
 
 from __future__ import annotations
@@ -27,14 +36,26 @@ import hashlib
 import hmac
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import zstandard
 
-from fastrecover.completion_map import ZSTD_LEVEL, decode_completed, decompress, encode_completed
+from fastrecover.completion_map import ZSTD_LEVEL, decode_completed_sized, decompress, encode_completed
 from fastrecover.errors import CodecError
 from fastrecover.ranges import RangeProgress
 
 _MIRROR_PREFIX = "fr1:"
+_MARKER_PREFIX = "fr2:"
+#: the header's lineage: a Kafka cluster id (base64url, 22 characters in practice) and a 16-hex nonce
+_CLUSTER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+CLUSTER_MAX = 64
+_NONCE_CHARS = frozenset("0123456789abcdef")
+_DIGITS = frozenset("0123456789")
+NONCE_LEN = 16
+#: room the header and a signature take in front of a mirror: ``fr2:`` + cluster + ``/`` + nonce + ``/``
+#: + a 19-digit offset + ``:``, and ``S`` + MAC + ``.``
+_HEADER_MAX = len(_MARKER_PREFIX) + CLUSTER_MAX + 1 + NONCE_LEN + 1 + 19 + 1
+_SIGNATURE_MAX = 2 + 24
 #: Marks a signed mirror: ``fr1:S<mac>.<body>``.
 _SIGNED = "S"
 _MAC_BYTES = 16
@@ -45,11 +66,11 @@ MIRROR_LIMIT = 4000
 OFFSET_LIMIT = 2**63 - 1
 #: Decompressed-size cap of a mirror body. A mirror is at most MIRROR_LIMIT characters, and
 #: everything encode_mirror writes decompresses to far less than this.
-MIRROR_MAX_DECOMPRESSED = 256 * 1024
+MIRROR_MAX_DECOMPRESSED = 64 * 1024
 #: Most rows (open ranges) one mirror may hold; encode_mirror merges neighbours to stay within it.
 MIRROR_MAX_ROWS = 128
 #: Most completed offsets all completion maps of one mirror may decode to together.
-MIRROR_MAX_COMPLETED = 65_536
+MIRROR_MAX_COMPLETED = 2_048
 
 
 def encode_mirror(
@@ -138,7 +159,114 @@ def _sign(text: str, key: bytes | None, context: str) -> str:
 
 
 def is_mirror(text: str | None) -> bool:
-    return bool(text) and str(text).startswith(_MIRROR_PREFIX)
+    """Whether metadata is fastrecover's own (a mirror or a marker), never the application's."""
+    return bool(text) and str(text).startswith((_MIRROR_PREFIX, _MARKER_PREFIX))
+
+
+#: the mirror limit left for the ``fr1`` text inside a marker
+MARKED_MIRROR_LIMIT = MIRROR_LIMIT - _HEADER_MAX - _SIGNATURE_MAX
+
+
+def check_lineage(lineage: str) -> str:
+    """``lineage`` if it is ``<cluster>/<nonce>`` as :func:`new_lineage` makes it; ValueError otherwise."""
+    cluster, slash, nonce = lineage.rpartition("/")
+    if (
+        not slash
+        or len(cluster) > CLUSTER_MAX
+        or not set(cluster) <= _CLUSTER_CHARS
+        or len(nonce) != NONCE_LEN
+        or not set(nonce) <= _NONCE_CHARS
+    ):
+        raise ValueError(f"lineage {lineage!r} is not <cluster id>/<{NONCE_LEN} hex digits>")
+    return lineage
+
+
+def cluster_label(cluster_id: str | None) -> str:
+    """The cluster part of a lineage: the broker's cluster id, or a digest of it if it has other characters."""
+    text = cluster_id or ""
+    if len(text) <= CLUSTER_MAX and set(text) <= _CLUSTER_CHARS:
+        return text
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def new_lineage(cluster_id: str | None, nonce: bytes) -> str:
+    """A lineage of ``cluster_id`` from 8 random bytes (the caller draws them: this module does no I/O)."""
+    if len(nonce) != NONCE_LEN // 2:
+        raise ValueError(f"a lineage nonce is {NONCE_LEN // 2} bytes, got {len(nonce)}")
+    return f"{cluster_label(cluster_id)}/{nonce.hex()}"
+
+
+def lineage_cluster(lineage: str) -> str:
+    """The cluster part of a lineage."""
+    return lineage.rpartition("/")[0]
+
+
+def mark(mirror: str, lineage: str, offset: int, *, key: bytes | None = None, context: str = "") -> str:
+    """Commit metadata for ``offset``: the header, then ``mirror`` (unsigned ``fr1`` text, or '').
+
+    ``mirror`` comes from :func:`encode_mirror` with ``limit=MARKED_MIRROR_LIMIT`` and no key;
+    with ``key`` it is signed here, over ``context`` and the header, so that the signature
+    vouches for this lineage at this offset only.
+    """
+    if not 0 <= offset < OFFSET_LIMIT:
+        raise ValueError(f"offset {offset} cannot be marked")
+    header = f"{_MARKER_PREFIX}{check_lineage(lineage)}/{offset}"
+    body = mirror[len(_MIRROR_PREFIX) :] if mirror else ""
+    if key is not None and body:
+        body = f"{_SIGNED}{_mac(key, _marked_context(context, header), body)}.{body}"
+    return f"{header}:{body}"
+
+
+def _marked_context(context: str, header: str) -> str:
+    return f"{context}|{header}"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What commit metadata says about the offset it was committed with.
+
+    ``lineage`` None: the metadata is an older version's ``fr1`` mirror, with no lineage
+    and no offset of its own.
+    """
+
+    lineage: str | None
+    offset: int | None
+    ranges: tuple[RangeProgress, ...]
+
+
+def read_marker(text: str | None, *, key: bytes | None = None, context: str = "") -> Marker | None:
+    """The marker (or old mirror) in commit metadata; None for metadata that is not fastrecover's.
+
+    Raises ``CodecError`` for metadata that claims to be fastrecover's and is malformed, or whose
+    signature does not verify: such metadata vouches for nothing.
+    """
+    if not isinstance(text, str):
+        return None
+    if text.startswith(_MIRROR_PREFIX):
+        return Marker(None, None, tuple(decode_mirror(text, key=key, context=context)))
+    if not text.startswith(_MARKER_PREFIX):
+        return None
+    header, colon, body = text[len(_MARKER_PREFIX) :].partition(":")
+    if not colon:
+        raise CodecError(f"commit-metadata marker {text[:48]!r} has no ':' after its header")
+    lineage, slash, offset_text = header.rpartition("/")
+    digits = bool(offset_text) and set(offset_text) <= _DIGITS
+    if not slash or not digits or len(offset_text) > 19 or (offset_text[0] == "0" and offset_text != "0"):
+        raise CodecError(f"commit-metadata marker {text[:48]!r} has no valid offset in its header")
+    try:
+        check_lineage(lineage)
+    except ValueError as exc:
+        raise CodecError(f"commit-metadata marker {text[:48]!r}: {exc}") from None
+    offset = int(offset_text)
+    if offset >= OFFSET_LIMIT:
+        raise CodecError(f"commit-metadata marker {text[:48]!r} has an offset beyond {OFFSET_LIMIT}")
+    ranges: list[RangeProgress] = []
+    if key is not None and not body:
+        raise CodecError("commit-metadata marker is unsigned but a mirror key is configured; ignored")
+    if body:
+        full_header = f"{_MARKER_PREFIX}{header}"
+        ranges = decode_mirror(_MIRROR_PREFIX + body, key=key, context=_marked_context(context, full_header))
+    return Marker(lineage, offset, tuple(ranges))
 
 
 def _verified_body(text: str, key: bytes | None, context: str) -> str:
@@ -178,7 +306,7 @@ def decode_mirror(text: str, *, key: bytes | None = None, context: str = "") -> 
     offset counts as done only if every row holding it says so), sorted by start.
     Raises only ``CodecError``.
     """
-    if not isinstance(text, str) or not is_mirror(text):
+    if not isinstance(text, str) or not text.startswith(_MIRROR_PREFIX):
         return []
     try:
         body = _verified_body(text, key, context)
@@ -200,9 +328,12 @@ def decode_mirror(text: str, *, key: bytes | None = None, context: str = "") -> 
             raise CodecError(f"commit-metadata mirror has {len(rows)} rows, more than the {MIRROR_MAX_ROWS} allowed")
         ranges: list[RangeProgress] = []
         budget = MIRROR_MAX_COMPLETED
+        # one byte budget for the body and every map in it: 128 rows may not each decompress a full body
+        byte_budget = MIRROR_MAX_DECOMPRESSED - len(raw)
         for row in rows:
-            progress = _decode_row(row, budget)
+            progress, used = _decode_row(row, budget, byte_budget)
             budget -= len(progress.completed)
+            byte_budget -= used
             ranges.append(progress)
         return _merge_rows(ranges)
     except CodecError:
@@ -211,7 +342,7 @@ def decode_mirror(text: str, *, key: bytes | None = None, context: str = "") -> 
         raise CodecError(f"commit-metadata mirror is corrupt: {text[:24]!r}...") from exc
 
 
-def _decode_row(row: object, budget: int) -> RangeProgress:
+def _decode_row(row: object, budget: int, byte_budget: int) -> tuple[RangeProgress, int]:
     if not isinstance(row, list) or len(row) != 4:
         raise CodecError(f"commit-metadata mirror row {_clip(row)} is not [start, end, committed, map]")
     s, e, c, m = row
@@ -221,8 +352,8 @@ def _decode_row(row: object, budget: int) -> RangeProgress:
         raise CodecError(
             f"commit-metadata mirror row {_clip(row)} needs 0 <= start <= committed <= end < {OFFSET_LIMIT}"
         )
-    completed = decode_completed(c, m, end=e, max_offsets=budget, max_bytes=MIRROR_MAX_DECOMPRESSED)
-    return RangeProgress(s, e, c, completed)
+    completed, used = decode_completed_sized(c, m, end=e, max_offsets=budget, max_bytes=max(byte_budget, 0))
+    return RangeProgress(s, e, c, completed), used
 
 
 def _merge_rows(ranges: list[RangeProgress]) -> list[RangeProgress]:

@@ -76,7 +76,10 @@ class CommitPaths(ModeState):
         msgs, self.deferred_stored = self.deferred_stored, []
         by_range, primary = self.route_messages(msgs)
         for token_id, done in by_range.items():
-            self.book.mark_stored(token_id, done)
+            if self.settings.commit_out_of_order:
+                self.book.mark_stored(token_id, done)
+            else:  # Kafka's meaning: every record of the range up to the message is done
+                self.book.store_upto(token_id, max(done) + 1)
         if primary:
             _K.store_offsets(self.app, offsets=[self.with_mirror(k, o, None) for k, o in primary.items()])
             self.drop_floors(primary)
@@ -86,7 +89,10 @@ class CommitPaths(ModeState):
         msgs, self.deferred = self.deferred, []
         by_range, primary = self.route_messages(msgs)
         for token_id, done in by_range.items():
-            self.book.mark_done(token_id, done)
+            if self.settings.commit_out_of_order:
+                self.book.mark_done(token_id, done)
+            else:  # Kafka's meaning: every record of the range up to the message is done
+                self.book.commit_upto(token_id, max(done) + 1)
         if not sync:
             if primary:
                 self.commit_primary([(k, o, None) for k, o in primary.items()], True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterable, Sequence
 
 import zstandard
@@ -26,6 +27,11 @@ _VERSION = "1"
 ZSTD_LEVEL = 3
 #: Decompressed-size cap of a completion map read from the store (a trusted, operator-owned input).
 _MAX_DECOMPRESSED = 16 * 1024 * 1024
+#: A bitset is written only when it is no longer than the run-length form, which takes at most 20
+#: bytes (two 10-byte varints) per run, so at most 20 per set bit: a longer one is no encoder's.
+_BITSET_BYTES_PER_BIT = 20
+#: the bytes of a bitset that hold a set bit, found at C speed
+_NONZERO = re.compile(b"[^\x00]")
 
 
 def _varint(n: int, out: bytearray) -> None:
@@ -70,6 +76,16 @@ def decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:
     if len(data) > limit:  # pragma: no cover - the decompressor enforces max_output_size
         raise CodecError(f"zstd payload decompresses to more than the {limit} bytes allowed")
     return data
+
+
+def _bits(raw: bytes, base: int) -> set[int]:
+    """The offsets a bitset holds; only its non-zero bytes are visited (found at C speed)."""
+    out: set[int] = set()
+    for found in _NONZERO.finditer(raw):
+        i = found.start()
+        byte = raw[i]
+        out.update(base + (i << 3) + bit for bit in range(8) if byte >> bit & 1)
+    return out
 
 
 def _bitset(deltas: Sequence[int]) -> bytes:
@@ -129,8 +145,20 @@ def decode_completed(
     expanded, so a corrupt or hostile map cannot make the decoder build a set
     larger than the caps.
     """
+    return decode_completed_sized(committed, text, end, max_offsets=max_offsets, max_bytes=max_bytes)[0]
+
+
+def decode_completed_sized(
+    committed: int,
+    text: str,
+    end: int | None = None,
+    *,
+    max_offsets: int | None = None,
+    max_bytes: int = _MAX_DECOMPRESSED,
+) -> tuple[frozenset[int], int]:
+    """:func:`decode_completed`, and the bytes the map decompressed to (a mirror's maps share one budget)."""
     if not text:
-        return frozenset()
+        return frozenset(), 0
     if not isinstance(text, str) or len(text) < 2 or text[0] != _VERSION or text[1] not in "bBrR":
         raise CodecError(f"unknown completion-map encoding {str(text)[:8]!r}")
     tag = text[1]
@@ -151,10 +179,16 @@ def decode_completed(
             raise CodecError("completion-map bitset is empty")
         if end is not None and base + ((len(raw) - 1) << 3) >= end:
             raise CodecError(f"completion-map bitset of {len(raw)} bytes reaches beyond the range end {end}")
+        if raw[-1] == 0:
+            raise CodecError(f"completion-map bitset of {len(raw)} bytes is longer than its highest set bit needs")
         count = int.from_bytes(raw, "little").bit_count()
         if max_offsets is not None and count > max_offsets:
             raise CodecError(f"completion map holds {count} offsets, more than the {max_offsets} allowed")
-        offsets = {base + (i << 3) + bit for i, byte in enumerate(raw) if byte for bit in range(8) if byte >> bit & 1}
+        if len(raw) > _BITSET_BYTES_PER_BIT * (count + 1):
+            raise CodecError(
+                f"completion-map bitset of {len(raw)} bytes holds {count} offsets: sparser than any encoder writes"
+            )
+        offsets = _bits(raw, base)
         if end is not None and offsets and max(offsets) >= end:
             raise CodecError(f"completion map holds offset {max(offsets)} beyond the range end {end}")
     else:
@@ -180,4 +214,4 @@ def decode_completed(
             offsets.update(range(first, first + length))
     if not offsets:
         raise CodecError("completion map decodes to an empty set")
-    return frozenset(offsets)
+    return frozenset(offsets), len(raw)

@@ -133,6 +133,9 @@ def parse_mirror_key(value: object) -> bytes:
 def _owner(key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 255:
         raise ConfigError(f"{key}: expected a non-empty string of at most 255 characters, got {value!r}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        # PostgreSQL refuses NUL in text: every recovery would fail on the token write and fall back to a replay
+        raise ConfigError(f"{key}: control characters (NUL, newline, ...) cannot be stored, got {value!r}")
     return value
 
 
@@ -160,13 +163,20 @@ KEYS: dict[str, _Key] = {
     ),
     "fastrecover.backfill.queue.max.messages": _Key(
         100_000,
-        _int_parser(1),
+        _int_parser(1, 10_000_000),  # librdkafka's bound on queued.min.messages
         "Records the child's handle prefetches per partition (its queued.min.messages); unread, it stops fetching.",
     ),
     "fastrecover.backfill.batch.size": _Key(
         500, _int_parser(1, 100_000), "Records the child fetches per consume() call."
     ),
     "fastrecover.commit.mirror": _Key(True, parse_bool, "Mirror open ranges into the primary's Kafka commit metadata."),
+    "fastrecover.commit.out.of.order": _Key(
+        False,
+        parse_bool,
+        "commit(message=m) and store_offsets(message=m) of a backfilled record mark m alone finished, for "
+        "applications that finish records out of order; off, they mean what Kafka's commit means: every "
+        "record of m's range up to m is done.",
+    ),
     "fastrecover.owner.id": _Key(
         None, _owner, "Owner name written on claimed tokens (default: host, pid and a random suffix)."
     ),
@@ -220,6 +230,7 @@ class Settings:
     queue_max_messages: int = 100_000
     batch_size: int = 500
     commit_mirror: bool = True
+    commit_out_of_order: bool = False
     owner_id: str | None = None
     revoke_timeout_s: float = 10.0
     retry_backoff_s: float = 1.0
@@ -258,11 +269,15 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
     values: dict[str, Any] = {}
     child: dict[str, Any] = {}
     passthrough: dict[str, Any] = {}
+    switches = {key: parse_bool(key, merged[key]) for key in ENABLE_KEYS if key in merged}
+    if len(set(switches.values())) > 1:
+        spelled = " and ".join(f"{k}={v}" for k, v in switches.items())
+        raise ConfigError(f"conflicting spellings of the switch: {spelled}; give one of them")
     for key, value in merged.items():
         if not isinstance(key, str):
             raise ConfigError(f"config keys must be strings, got {key!r}")
         if key in ENABLE_KEYS:
-            enabled = parse_bool(key, value)
+            enabled = switches[key]
         elif key.startswith(CHILD_PREFIX):
             child[key[len(CHILD_PREFIX) :]] = value
         elif key.startswith(PREFIX):
@@ -287,6 +302,7 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         queue_max_messages=get("fastrecover.backfill.queue.max.messages"),
         batch_size=get("fastrecover.backfill.batch.size"),
         commit_mirror=get("fastrecover.commit.mirror"),
+        commit_out_of_order=get("fastrecover.commit.out.of.order"),
         owner_id=get("fastrecover.owner.id"),
         revoke_timeout_s=get("fastrecover.revoke.timeout.ms") / 1000.0,
         retry_backoff_s=get("fastrecover.store.retry.backoff.ms") / 1000.0,

@@ -70,7 +70,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             super().__init__(*args, **kwargs)  # confluent_kafka's own error for a bad config
             return
         conf, settings = split_config(args[0] if args else {}, **kwargs)
-        if settings.enabled and settings.child_overrides:
+        if settings.enabled:  # every setting the child is made of, fastrecover's own included (a few ms)
             _check_child_config(child_config(conf, settings))
         if not settings.enabled:
             super().__init__(conf)
@@ -396,9 +396,16 @@ def _tp_list(partitions: object) -> bool:
 
 
 def _check_child_config(conf: dict[str, Any]) -> None:
-    """A bad ``fastrecover.child.*`` override fails here, once, not in every child later."""
+    """A child configuration librdkafka refuses fails here, at construction, not at the first recovery.
+
+    The child is made of the application's settings, fastrecover's own (``fastrecover.backfill.*``)
+    and the ``fastrecover.child.*`` overrides; the error names the setting librdkafka names.
+    """
     try:
         probe = _KafkaConsumer(conf)
     except Exception as exc:
-        raise ConfigError(f"fastrecover.child.*: the child consumer's configuration is refused: {exc}") from exc
+        raise ConfigError(
+            f"the child consumer's configuration (the application's settings, fastrecover.backfill.* and "
+            f"fastrecover.child.* overrides) is refused: {exc}"
+        ) from exc
     probe.close()

@@ -263,7 +263,9 @@ class Handover(CommitPaths):
             return
         known = [t.span for t in store.partition_ranges(self.group, key.topic, key.partition, ending_after=span.start)]
         for gap in subtract(span, known):
-            token = store.create_range(self.group, key.topic, key.partition, gap.start, gap.end, self.owner)
+            token = store.create_range(
+                self.group, key.topic, key.partition, gap.start, gap.end, self.owner, self.book.lineage(key)
+            )
             # a token that already starts there (a concurrent writer) is not ours to finish
             if token.is_open and token.owner == self.owner and token.span == gap:
                 store.commit_one(

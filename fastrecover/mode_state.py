@@ -98,7 +98,7 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             on_commit=conf.get("on_commit"),
             on_fenced=self.child.drop_range,
         )
-        self.recoverer = Recoverer(app, self.book, self.link, settings, self.group, self.owner)
+        self.recoverer = Recoverer(app, self.book, self.link, settings, self.group, self.owner, self.child.cluster_id)
         self.offsets = PrimaryOffsets()
         self.offsets.untracked = self.auto_store  # the steady state, from the start
         self.child_runs: list[Run] = []
@@ -210,7 +210,7 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             return TopicPartition(key.topic, key.partition, offset, metadata=user_metadata)
         # every held range counts, parked ones too: a commit without them would erase the only
         # record of ranges the store could not take
-        text = self.book.mirror(key) if self.settings.commit_mirror and self.book.holds(key) else ""
+        text = self.book.metadata(key, offset) if self.settings.commit_mirror and self.book.holds(key) else ""
         if text:
             return TopicPartition(key.topic, key.partition, offset, metadata=text)
         return TopicPartition(key.topic, key.partition, offset)

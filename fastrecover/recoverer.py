@@ -13,6 +13,8 @@ partition the same way and is logged once.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,12 +22,12 @@ from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, Topic
 from confluent_kafka import Consumer as _KafkaConsumer
 
 from fastrecover.book import Held, RangeBook, mirror_context
-from fastrecover.codec import decode_mirror
+from fastrecover.codec import Marker, cluster_label, new_lineage, read_marker
 from fastrecover.committer import StoreLink
 from fastrecover.config import Settings
 from fastrecover.errors import CodecError, StoreError
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
-from fastrecover.recovery import PartitionPlan, plan_partition
+from fastrecover.recovery import PartitionPlan, Trust, plan_partition, this_cluster, trust_of
 from fastrecover.tokens import Token, TopicPartitionKey
 
 if TYPE_CHECKING:
@@ -46,13 +48,16 @@ class _Inputs:
     committed: int | None
     log_end: int
     mirrored: list[RangeProgress]
+    #: which ranges the committed offset vouches for, and the lineage this recovery continues or starts
+    trust: Trust
+    lineage: str
 
-    @property
-    def floor(self) -> int | None:
-        """Done ranges ending at or below this cannot matter: the store read starts there."""
-        if self.committed is None:
-            return None
-        return min([self.committed, *(m.start for m in self.mirrored)])
+
+def _floor(committed: int | None, marker: Marker | None) -> int | None:
+    """Done ranges ending at or below this cannot matter: the store read starts there."""
+    if committed is None:
+        return None
+    return min([committed, *(m.start for m in (marker.ranges if marker is not None else ()))])
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class RecoveryReport:
     new_ranges: tuple[OffsetRange, ...]
     resumed: tuple[int, ...]
     degraded: bool
+    #: ranges retired as superseded (their facts no longer held: see fastrecover.recovery)
+    retired: tuple[int, ...] = ()
 
 
 @dataclass
@@ -90,6 +97,7 @@ class Recoverer:
         settings: Settings,
         group: str,
         owner: str,
+        cluster_of: Callable[[str], str | None],
     ) -> None:
         self._primary = primary  # the application's object: its confluent_kafka methods, never overrides
         self._book = book
@@ -98,6 +106,10 @@ class Recoverer:
         self._group = group
         self._owner = owner
         self.reports: list[RecoveryReport] = []
+        #: asks the cluster id with a metadata request for a topic (never the primary's handle: see ChildHandle)
+        self._cluster_of = cluster_of
+        #: this consumer's Kafka cluster, as lineages name it (asked for once, when first needed)
+        self._cluster: str | None = None
 
     def recover(self, partitions: list[TopicPartition]) -> Recovered:
         """Start offsets for ``partitions`` and the ranges to backfill, tokens written first.
@@ -132,24 +144,33 @@ class Recoverer:
             )
             return out
         log_ends = self._log_ends(keys)
-        inputs: dict[TopicPartitionKey, _Inputs] = {}
+        read: dict[TopicPartitionKey, tuple[int | None, Marker | None]] = {}
         for key in keys:
             ctp = committed.get(key)
             if key not in log_ends:
                 log.warning("no recovery for %s: its log end is unavailable; starting at the committed offset", key)
                 continue
-            try:
-                inputs[key] = _Inputs(
-                    ctp.offset if ctp is not None and ctp.offset >= 0 else None,
-                    log_ends[key],
-                    self._mirror(key, ctp.metadata if ctp is not None else None),
-                )
-            except (CodecError, ValueError, OverflowError, TypeError) as exc:
-                self._give_up(key, exc)
+            offset = ctp.offset if ctp is not None and ctp.offset >= 0 else None
+            read[key] = (offset, self._marker(key, ctp.metadata if ctp is not None else None))
         store = self._link.get()
-        stored = self._stored_tokens(store, inputs)
+        stored = self._stored_tokens(store, {k: _floor(c, m) for k, (c, m) in read.items()})
         if stored is None:
             store = None
+        cluster = ""
+        if any(self._needs_cluster(c, m, (stored or {}).get(k, ()), log_ends[k]) for k, (c, m) in read.items()):
+            found = self._cluster_label(keys[0].topic)
+            if found is None:
+                return out
+            cluster = found
+        inputs: dict[TopicPartitionKey, _Inputs] = {}
+        for key, (offset, marker) in read.items():
+            try:
+                trust = trust_of(offset, marker, cluster)
+                mirrored = list(marker.ranges) if marker is not None and self._settings.commit_mirror else []
+                lineage = trust.lineage or new_lineage(cluster, os.urandom(8))
+                inputs[key] = _Inputs(offset, log_ends[key], mirrored, trust, lineage)
+            except (CodecError, ValueError, OverflowError, TypeError) as exc:
+                self._give_up(key, exc)
         plans: dict[TopicPartitionKey, PartitionPlan] = {}
         for key, given in inputs.items():
             self._book.remove_partitions([key])
@@ -158,8 +179,9 @@ class Recoverer:
                     committed=given.committed,
                     log_end=given.log_end,
                     min_offsets=self._settings.backfill_min_offsets,
-                    store_tokens=(stored or {}).get(key, []),
+                    store_tokens=this_cluster((stored or {}).get(key, []), cluster),
                     mirrored=given.mirrored,
+                    trust=given.trust,
                 )
             except (ValueError, OverflowError, TypeError) as exc:
                 self._give_up(key, exc)
@@ -169,6 +191,32 @@ class Recoverer:
             if start is not None:
                 tp.offset = start
         return out
+
+    def _needs_cluster(
+        self, committed: int | None, marker: Marker | None, tokens: Sequence[Token], log_end: int
+    ) -> bool:
+        """Whether planning ``key`` needs the cluster id: a lineage to compare, or new ranges to name.
+
+        A partition with no marker, no range in the store and a lag too small to split (the usual
+        first start) needs none, and costs no metadata request.
+        """
+        if marker is not None or tokens:
+            return True
+        return committed is not None and log_end - committed >= self._settings.backfill_min_offsets
+
+    def _cluster_label(self, topic: str) -> str | None:
+        """The cluster part of this consumer's lineages; None (no recovery) when the broker cannot say.
+
+        Ranges of another cluster sharing the store must never be believed nor retired here,
+        so a recovery that does not know its cluster does not run.
+        """
+        if self._cluster is None:
+            found = self._cluster_of(topic)
+            if found is None:
+                log.warning("no recovery: the cluster id is unavailable; starting as a plain consumer")
+                return None
+            self._cluster = cluster_label(found)
+        return self._cluster
 
     def _give_up(self, key: TopicPartitionKey, exc: BaseException) -> None:
         log.warning("no recovery for %s (%r); it starts at its committed offset like a plain consumer", key, exc)
@@ -204,17 +252,18 @@ class Recoverer:
         return ends
 
     def _stored_tokens(
-        self, store: RangeStore | None, inputs: dict[TopicPartitionKey, _Inputs]
+        self, store: RangeStore | None, floors: dict[TopicPartitionKey, int | None]
     ) -> dict[TopicPartitionKey, list[Token]] | None:
         """What the store knows of each partition, read in one statement; None when it cannot be read."""
-        if store is None or not inputs:
+        if store is None or not floors:
             return None if store is None else {}
         try:
-            floors = {(key.topic, key.partition): given.floor for key, given in inputs.items()}
-            found = store.partitions_ranges(self._group, floors, skip_corrupt=True)
-            return {key: found[(key.topic, key.partition)] for key in inputs}
+            found = store.partitions_ranges(
+                self._group, {(k.topic, k.partition): f for k, f in floors.items()}, skip_corrupt=True
+            )
+            return {key: found[(key.topic, key.partition)] for key in floors}
         except StoreError as exc:
-            log.warning("range store unreadable during recovery of %d partition(s): %s", len(inputs), exc)
+            log.warning("range store unreadable during recovery of %d partition(s): %s", len(floors), exc)
             return None
 
     def _execute(
@@ -230,12 +279,18 @@ class Recoverer:
         if store is not None and plans:
             try:
                 with store.transaction(f"recovering {len(plans)} partition(s)"):
+                    # retired first: a new range may start where a superseded one started
+                    store.retire([t.id for plan in plans.values() for t in plan.retired])
                     created = store.create_ranges(
                         self._group,
                         [(k.topic, k.partition, r.start, r.end) for k, plan in plans.items() for r in plan.new_ranges],
                         self._owner,
+                        {(k.topic, k.partition): inputs[k].lineage for k in plans},
                     )
-                    persisted = {key: self._persist(store, key, plan, created) for key, plan in plans.items()}
+                    persisted = {
+                        key: self._persist(store, key, plan, created, inputs[key].lineage)
+                        for key, plan in plans.items()
+                    }
             except (StoreError, ValueError, OverflowError, TypeError) as exc:
                 # one transaction for all: none of them has tokens, so none may skip ahead
                 persisted, failure = None, exc
@@ -257,28 +312,36 @@ class Recoverer:
             else:
                 start, degraded = plan.primary_start, False
                 held = [self._book.add(token) for token in persisted[key]]
-            report = self._report(key, plan, inputs[key], start, degraded)
+            if held or store is None:
+                self._book.set_lineage(key, inputs[key].lineage)
+            report = self._report(key, plan, inputs[key], start, degraded, persisted is not None)
             out.started.extend(h.token.id for h in held)
             self.reports.append(report)
-            if report.committed is not None and (report.new_ranges or report.resumed):
+            # ranges restored from the mirror count as much as new ones: without a floor, Kafka's offset
+            # would stay below them for good once they finish, and lag monitors would show lag that is not there
+            has_ranges = bool(report.new_ranges or report.resumed or (held and plan.restored))
+            if report.committed is not None and has_ranges:
                 out.to_mirror.append((key, report.committed))
-            if start is not None and (report.new_ranges or report.resumed):
+            if start is not None and has_ranges:
                 # the primary skipped to ``start``: once the ranges below it finish, so may Kafka's offset
                 # (resumed ranges too: a range handed back leaves Kafka's offset at its lowest unfinished one)
                 out.floors[key] = start
             starts[key] = start
         return starts
 
-    def _mirror(self, key: TopicPartitionKey, metadata: str | None) -> list[RangeProgress]:
-        if not self._settings.commit_mirror or not metadata:
-            return []
+    def _marker(self, key: TopicPartitionKey, metadata: str | None) -> Marker | None:
+        """fastrecover's marker in the committed metadata; None when there is none or it cannot be read.
+
+        Unreadable or unsigned (with a key set) metadata vouches for nothing: the partition's ranges
+        above the committed offset are then retired and read again.
+        """
+        if not metadata:
+            return None
         try:
-            return decode_mirror(
-                metadata, key=self._settings.commit_mirror_key, context=mirror_context(self._group, key)
-            )
+            return read_marker(metadata, key=self._settings.commit_mirror_key, context=mirror_context(self._group, key))
         except CodecError as exc:
-            log.warning("ignoring unreadable commit-metadata mirror of %s: %s", key, exc)
-            return []
+            log.warning("ignoring unreadable commit-metadata marker of %s: %s", key, exc)
+            return None
 
     def _park(self, key: TopicPartitionKey, plan: PartitionPlan) -> tuple[int | None, list[Held], bool]:
         """The store is down: keep the known ranges parked (the mirror keeps them) and replay the lag."""
@@ -297,7 +360,7 @@ class Recoverer:
 
     @staticmethod
     def _report(
-        key: TopicPartitionKey, plan: PartitionPlan, given: _Inputs, start: int | None, degraded: bool
+        key: TopicPartitionKey, plan: PartitionPlan, given: _Inputs, start: int | None, degraded: bool, stored: bool
     ) -> RecoveryReport:
         if plan.new_ranges and not degraded:
             log.info(
@@ -308,6 +371,17 @@ class Recoverer:
                 start,
                 ", ".join(f"[{r.start}, {r.end})" for r in plan.new_ranges),
             )
+        retired = tuple(t.id for t in plan.retired) if stored else ()
+        if retired:
+            log.warning(
+                "%s: Kafka's committed offset %s was not written by fastrecover for these ranges (an offset "
+                "reset, a re-created topic or group, a restored store, a plain member): %d range(s) at or "
+                "above it retired as superseded and read again from it (%s)",
+                key,
+                given.committed,
+                len(retired),
+                ", ".join(f"#{t.id} [{t.span.start}, {t.span.end}) {t.state.value}" for t in plan.retired[:8]),
+            )
         return RecoveryReport(
             key,
             given.committed,
@@ -316,10 +390,16 @@ class Recoverer:
             () if degraded else plan.new_ranges,
             tuple(t.id for t in plan.backfill),
             degraded,
+            retired,
         )
 
     def _persist(
-        self, store: RangeStore, key: TopicPartitionKey, plan: PartitionPlan, created: dict[tuple[str, int, int], Token]
+        self,
+        store: RangeStore,
+        key: TopicPartitionKey,
+        plan: PartitionPlan,
+        created: dict[tuple[str, int, int], Token],
+        lineage: str,
     ) -> list[Token]:
         """Persist restored and new ranges and claim open ones (inside the caller's transaction).
 
@@ -329,8 +409,12 @@ class Recoverer:
         adds them to the book only once the transaction committed.
         """
         held: list[Token] = []
+        # the ranges kept from another lineage (older than lineages, or owed below the committed offset)
+        store.adopt([t.id for t in plan.kept if t.lineage != lineage], lineage)
         for progress in plan.restored:
-            token = store.create_range(self._group, key.topic, key.partition, progress.start, progress.end, self._owner)
+            token = store.create_range(
+                self._group, key.topic, key.partition, progress.start, progress.end, self._owner, lineage
+            )
             token = store.claim(token.id, self._owner)
             log.warning(
                 "restoring range [%d, %d) of %s from the commit-metadata mirror (the store had lost it)",
@@ -344,7 +428,7 @@ class Recoverer:
         while pending:
             span = pending.pop(0)
             token = created.get((key.topic, key.partition, span.start)) or store.create_range(
-                self._group, key.topic, key.partition, span.start, span.end, self._owner
+                self._group, key.topic, key.partition, span.start, span.end, self._owner, lineage
             )
             if token.span != span:
                 # A range already starts here (a concurrent writer): it covers only its own span.

@@ -5,6 +5,30 @@ ranges the store knows and the ranges mirrored into the commit metadata, and
 returns a plan.  The consumer carries the plan out in a fixed order that keeps
 at-least-once: first persist every new or restored range, and only when that
 succeeded start the primary at the log end (``fallback_start`` otherwise).
+
+**Which ranges may be believed.**  A range token is a fact about offsets of one
+log at one time.  Kafka's committed offset is the source of truth: when someone
+other than fastrecover moved it (an operator's reset, a topic deleted and
+re-created, a group deleted and its name reused, a plain member), ranges at or
+above it describe offsets that are no longer what they were, and a *done* range
+there would skip records for ever.  So a range counts only while the offset is
+*vouched* for it: fastrecover writes a marker (:func:`fastrecover.codec.mark`)
+with every offset it commits for a partition with ranges, naming the partition's
+*lineage* (the cluster id and a nonce that every range of the run of recoveries
+carries) and the offset itself.  :func:`trust_of` reads that marker against the
+offset; :func:`plan_partition` then
+
+* believes ranges of the vouched lineage, as before;
+* *retires* every other range that reaches to or above the committed offset
+  (or every range, when there is no committed offset at all): it is marked
+  superseded, kept for audit and never used again, and the new range covers
+  its offsets afresh;
+* still reads an open range of another lineage that lies wholly below the
+  committed offset (records owed by a member that crashed before a plain member
+  moved the offset past them): re-reading is a duplicate, never a loss.
+
+Ranges of another Kafka cluster sharing the store are not this partition's at
+all (:func:`this_cluster`).
 """
 
 from __future__ import annotations
@@ -12,8 +36,57 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fastrecover.codec import Marker, lineage_cluster
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.tokens import Token
+
+
+@dataclass(frozen=True)
+class Trust:
+    """The ranges Kafka's committed offset vouches for.
+
+    Those of ``lineage``, and, if ``legacy``, those written before lineages existed.
+    """
+
+    lineage: str | None = None
+    legacy: bool = False
+
+    def vouches(self, token: Token) -> bool:
+        if token.lineage is None:
+            return self.legacy
+        return token.lineage == self.lineage
+
+    @property
+    def any(self) -> bool:
+        return self.legacy or self.lineage is not None
+
+
+#: the committed offset vouches for no range (moved by someone else, or absent)
+UNTRUSTED = Trust()
+#: an older version's mirror: it vouches for the ranges written before lineages existed
+LEGACY = Trust(legacy=True)
+
+
+def trust_of(committed: int | None, marker: Marker | None, cluster: str) -> Trust:
+    """What the metadata committed with ``committed`` vouches for, on the cluster labelled ``cluster``.
+
+    A marker vouches for its lineage only if it was committed with this very offset
+    (anyone who moves the offset and keeps the metadata moves it without us) and names
+    this cluster.  An older version's ``fr1`` mirror has neither and vouches for the
+    ranges written before lineages existed: that is what an upgrade finds.
+    """
+    if committed is None or committed < 0 or marker is None:
+        return UNTRUSTED
+    if marker.lineage is None:
+        return LEGACY
+    if marker.offset != committed or lineage_cluster(marker.lineage) != cluster:
+        return UNTRUSTED
+    return Trust(lineage=marker.lineage)
+
+
+def this_cluster(tokens: Iterable[Token], cluster: str) -> list[Token]:
+    """The tokens of the cluster labelled ``cluster`` (and those older than lineages, which name none)."""
+    return [t for t in tokens if t.lineage is None or lineage_cluster(t.lineage) == cluster]
 
 
 @dataclass(frozen=True)
@@ -29,6 +102,10 @@ class PartitionPlan:
     restored: tuple[RangeProgress, ...] = ()
     backfill: tuple[Token, ...] = field(default_factory=tuple)
     fallback_start: int | None = None
+    #: ranges whose facts Kafka's committed offset no longer vouches for: marked superseded first
+    retired: tuple[Token, ...] = ()
+    #: the store's ranges that still count (every one not retired): the recovery's lineage adopts them
+    kept: tuple[Token, ...] = ()
 
     @property
     def lag(self) -> int:
@@ -42,26 +119,41 @@ def plan_partition(
     min_offsets: int,
     store_tokens: Sequence[Token] = (),
     mirrored: Sequence[RangeProgress] = (),
+    trust: Trust,
 ) -> PartitionPlan:
     """Decide how the primary starts on a partition and which ranges to backfill.
 
-    ``store_tokens`` are every token the store has for the partition, open and
-    done: a done token tells us a mirrored range needs no restoring.
-    ``mirrored`` comes from the commit metadata and is untrusted: see
-    :func:`_restore` for why it can add re-reads but never remove any.
+    ``store_tokens`` are every token the store has for the partition (of this
+    cluster), open and done: a done token tells us a mirrored range needs no
+    restoring.  ``trust`` says which of them the committed offset vouches for
+    (:func:`trust_of`); the others that reach to or above it are retired (see
+    the module docstring).  ``mirrored`` comes from the commit metadata and is
+    untrusted: see :func:`_restore` for why it can add re-reads but never
+    remove any; it is used only when the offset vouches for something.
 
     Invariant (property-tested): every offset in ``[committed, log_end)`` is read
     by the primary (at or above ``primary_start``), lies in a new, restored or
-    resumed (open store) range, or lies in a done store range.
+    resumed (open store) range, or lies in a done store range the offset vouches for.
     """
-    open_tokens = tuple(t for t in store_tokens if t.is_open)
-    known_spans = [t.span for t in store_tokens]
-    restored = tuple(_restore(mirrored, known_spans, max(log_end, 0)))
+    live = [t for t in store_tokens if not t.is_superseded]
+    floor = committed if committed is not None and committed >= 0 else None
+
+    def outdated(t: Token) -> bool:
+        """Not vouched for, and reaching to or above the committed offset (or there is none)."""
+        return not trust.vouches(t) and (floor is None or t.span.end > floor or t.span.start >= floor)
+
+    retired = tuple(t for t in live if outdated(t))
+    kept = [t for t in live if not outdated(t)]
+    open_tokens = tuple(t for t in kept if t.is_open)
+    known_spans = [t.span for t in kept]
+    restored = tuple(_restore(mirrored if trust.any else (), known_spans, max(log_end, 0)))
     # done ranges count as covered too: their records are finished (by the child or a Spark job)
     covered = known_spans + [r.span for r in restored]
 
     if committed is None or committed < 0 or log_end - committed < min_offsets:
-        return PartitionPlan(primary_start=None, restored=restored, backfill=open_tokens)
+        return PartitionPlan(
+            primary_start=None, restored=restored, backfill=open_tokens, retired=retired, kept=tuple(kept)
+        )
 
     new_ranges = tuple(subtract(OffsetRange(committed, log_end), covered))
     return PartitionPlan(
@@ -70,6 +162,8 @@ def plan_partition(
         restored=restored,
         backfill=open_tokens,
         fallback_start=committed,
+        retired=retired,
+        kept=tuple(kept),
     )
 
 

@@ -33,7 +33,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient
 
 from fastrecover.book import mirror_context
-from fastrecover.codec import decode_mirror
+from fastrecover.codec import read_marker
 from fastrecover.errors import BrokerUnavailableError as BrokerUnavailableError  # re-exported: it was defined here
 from fastrecover.errors import CodecError, ConfigError, FastRecoverError, StateError
 from fastrecover.ranges import OffsetRange, subtract
@@ -108,13 +108,16 @@ def mirror_only_spans(
     """
     spans_by_partition: dict[tuple[str, int], list[OffsetRange]] = {}
     for token in known:
+        if token.is_superseded:
+            continue  # retired: its facts no longer hold, it covers nothing
         spans_by_partition.setdefault((token.topic, token.partition), []).append(token.span)
     out: dict[tuple[str, int], list[OffsetRange]] = {}
     for (topic, partition), text in sorted(metadata.items()):
         if not text:
             continue
         try:
-            mirrored = decode_mirror(text, key=key, context=mirror_context(group, TopicPartitionKey(topic, partition)))
+            marker = read_marker(text, key=key, context=mirror_context(group, TopicPartitionKey(topic, partition)))
+            mirrored = list(marker.ranges) if marker is not None else []
         except CodecError as exc:
             log.warning("ignoring the unreadable commit-metadata mirror of %s[%d]: %s", topic, partition, exc)
             continue

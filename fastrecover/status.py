@@ -187,7 +187,8 @@ def summary(tokens: Sequence[Token], *, include_done: bool, scope: str) -> str:
     skipped = sum(t.skipped for t in tokens)
     counts = f"{len(tokens)} {what}{scope}"
     if include_done:
-        counts += f" ({len(open_tokens)} open)"
+        superseded = sum(1 for t in tokens if t.is_superseded)
+        counts += f" ({len(open_tokens)} open" + (f", {superseded} superseded" if superseded else "") + ")"
     return f"{counts}: {remaining} records left to backfill, {skipped} skipped (lost to retention)"
 
 

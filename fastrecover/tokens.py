@@ -18,6 +18,9 @@ from fastrecover.ranges import OffsetRange, RangeProgress
 class TokenState(str, Enum):
     OPEN = "open"
     DONE = "done"
+    #: retired by a recovery that found the range's facts outdated (an offset reset, a re-created
+    #: topic, a restored store): kept for audit, never read, never used to skip an offset
+    SUPERSEDED = "superseded"
 
 
 class TopicPartitionKey(NamedTuple):
@@ -47,6 +50,9 @@ class Token:
     owner: str | None = None
     epoch: int = 0
     state: TokenState = TokenState.OPEN
+    #: ``<cluster id>/<nonce>``: the run of recoveries that vouches for this range (see
+    #: :mod:`fastrecover.lineage`); None for ranges written before lineages existed
+    lineage: str | None = None
 
     @property
     def key(self) -> TopicPartitionKey:
@@ -59,6 +65,10 @@ class Token:
     @property
     def is_open(self) -> bool:
         return self.state is TokenState.OPEN
+
+    @property
+    def is_superseded(self) -> bool:
+        return self.state is TokenState.SUPERSEDED
 
     def with_progress(self, progress: RangeProgress, skipped: int | None = None) -> Token:
         return replace(

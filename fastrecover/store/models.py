@@ -24,10 +24,10 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
     text,
 )
 
+from fastrecover.codec import check_lineage
 from fastrecover.completion_map import decode_completed
 from fastrecover.errors import CodecError, CorruptTokenError
 from fastrecover.ranges import RangeProgress
@@ -44,6 +44,9 @@ NAMING_CONVENTION: dict[str, str] = {
     "ck": "ck_%(table_name)s_%(constraint_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+#: The rows the natural key is unique among: every range but the superseded ones.
+LIVE = text("state <> 'superseded'")
 
 #: SQLite only auto-increments an ``INTEGER PRIMARY KEY``; BIGINT there would not.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
@@ -67,15 +70,30 @@ RANGES = Table(
     Column("skipped", BigInteger, nullable=False, default=0, server_default="0"),
     Column("owner", String(NAME_MAX), nullable=True),
     Column("epoch", Integer, nullable=False, default=0, server_default="0"),
-    Column("state", String(8), nullable=False, default="open", server_default="open"),
+    Column("state", String(16), nullable=False, default="open", server_default="open"),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("CURRENT_TIMESTAMP")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("CURRENT_TIMESTAMP")),
     Column("finished_at", DateTime(timezone=True), nullable=True),
-    UniqueConstraint("group_id", "topic", "partition", "start_offset", name="uq_fastrecover_ranges_key"),
+    Column("lineage", String(NAME_MAX), nullable=True),
+    # the cluster of the lineage ('' for ranges written before lineages, or by Spark's query groups)
+    Column("cluster", String(NAME_MAX), nullable=False, default="", server_default=""),
     Index("ix_fastrecover_ranges_group_state", "group_id", "state"),
+    # A superseded range keeps its row for audit, and a new range may start where it started; two
+    # clusters sharing the store (same group and topic names) each keep their own ranges.
+    Index(
+        "uq_fastrecover_ranges_key",
+        "group_id",
+        "topic",
+        "partition",
+        "start_offset",
+        "cluster",
+        unique=True,
+        sqlite_where=LIVE,
+        postgresql_where=LIVE,
+    ),
     CheckConstraint("start_offset >= 0", name="start_nonneg"),
     CheckConstraint("start_offset <= committed_offset AND committed_offset <= end_offset", name="committed_in_range"),
-    CheckConstraint("state IN ('open', 'done')", name="state_known"),
+    CheckConstraint("state IN ('open', 'done', 'superseded')", name="state_known"),
 )
 
 
@@ -102,7 +120,7 @@ def token_from_row(row: Mapping[Any, Any]) -> Token:
     try:
         state = TokenState(row["state"])
     except ValueError:
-        raise _corrupt(row_id, "state", row["state"], "must be 'open' or 'done'") from None
+        raise _corrupt(row_id, "state", row["state"], "must be 'open', 'done' or 'superseded'") from None
     if row["partition"] < 0:
         raise _corrupt(row_id, "partition", row["partition"], "must be >= 0")
     if start < 0:
@@ -131,6 +149,12 @@ def token_from_row(row: Mapping[Any, Any]) -> Token:
     owner = row["owner"]
     if owner is not None and not isinstance(owner, str):
         raise _corrupt(row_id, "owner", owner, "must be text or NULL")
+    lineage = row.get("lineage")
+    if lineage is not None:
+        try:
+            check_lineage(lineage)
+        except (ValueError, TypeError, AttributeError):
+            raise _corrupt(row_id, "lineage", lineage, "must be NULL or <cluster id>/<16 hex digits>") from None
     return Token(
         id=int(row_id),
         group=row["group_id"],
@@ -141,6 +165,7 @@ def token_from_row(row: Mapping[Any, Any]) -> Token:
         owner=owner,
         epoch=row["epoch"],
         state=state,
+        lineage=lineage,
     )
 
 

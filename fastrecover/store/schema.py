@@ -15,8 +15,11 @@ store can share a database with an application's own Alembic history.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +34,10 @@ from fastrecover.store.models import TABLE_NAME, VERSION_TABLE
 if TYPE_CHECKING:  # Alembic is imported only when a schema is created or migrated (import cost)
     from alembic.config import Config
 
+log = logging.getLogger("fastrecover.store")
+
 #: The revision this version of fastrecover reads and writes.
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 #: pg_advisory_xact_lock key serializing concurrent upgrades ("fastrec" in ASCII).
 _UPGRADE_LOCK_KEY = 0x66617374726563
 #: How long an upgrade (or a first consumer creating the schema) waits for another one's lock.
@@ -186,8 +191,9 @@ def _upgrade_engine(
     fresh database at once do not both try to create the table.
     """
     # imported before the write lock is taken: an import inside it would hold other openers up
-    from alembic import command
-    from alembic.util import CommandError
+    with _quiet_alembic(only_if_empty):  # importing alembic logs its plugins at INFO
+        from alembic import command
+        from alembic.util import CommandError
 
     masked = mask_url(url)
     writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
@@ -198,10 +204,29 @@ def _upgrade_engine(
         if only_if_empty and (has_version or has_table):
             return _read_revision(conn)
         try:
-            command.upgrade(alembic_config(connection=conn), "head")
+            with _quiet_alembic(only_if_empty):
+                command.upgrade(alembic_config(connection=conn), "head")
         except CommandError as exc:
             raise StoreError(f"cannot upgrade the schema of range store {masked}: {exc}") from exc
-        return _read_revision(conn)
+        revision = _read_revision(conn)
+        if only_if_empty:
+            log.info("created the fastrecover schema (revision %s) in range store %s", revision, masked)
+        return revision
+
+
+@contextlib.contextmanager
+def _quiet_alembic(quiet: bool) -> Iterator[None]:
+    """Alembic's INFO lines, a dozen per run, are for an operator's ``db upgrade``, not a consumer's start."""
+    if not quiet:
+        yield
+        return
+    alembic_log = logging.getLogger("alembic")
+    level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        alembic_log.setLevel(level)
 
 
 def upgrade(url: str, *, lock_wait_s: float = UPGRADE_LOCK_WAIT_S) -> str:

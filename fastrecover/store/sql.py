@@ -30,6 +30,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from fastrecover.codec import check_lineage
 from fastrecover.errors import CorruptTokenError, FencedError, SchemaBehindError, StoreError, TokenNotFoundError
 from fastrecover.store import schema
 from fastrecover.store.checks import INT_MAX, check_int, check_name
@@ -52,12 +53,14 @@ from fastrecover.store.models import token_from_row
 from fastrecover.store.updates import CommitResult, ProgressUpdate
 from fastrecover.store.writes import (
     TABLE,
+    adopt_rows,
     apply_progress,
     check_updates,
     chunked,
     claim_rows,
     insert_ranges,
     now,
+    retire_rows,
 )
 from fastrecover.tokens import Token, TokenState
 
@@ -140,7 +143,16 @@ class RangeStore:
 
     # -- creating -------------------------------------------------------------
 
-    def create_range(self, group: str, topic: str, partition: int, start: int, end: int, owner: str | None) -> Token:
+    def create_range(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        owner: str | None,
+        lineage: str | None = None,
+    ) -> Token:
         """Record a new range to backfill, owned by ``owner`` at epoch 1.
 
         Idempotent on (group, topic, partition, start) so recovery can be re-run
@@ -148,21 +160,29 @@ class RangeStore:
         returned whatever its state.  An empty range (start == end) is recorded
         as already done.
         """
-        return self.create_ranges(group, [(topic, partition, start, end)], owner)[(topic, partition, start)]
+        lineages = None if lineage is None else {(topic, partition): lineage}
+        return self.create_ranges(group, [(topic, partition, start, end)], owner, lineages)[(topic, partition, start)]
 
     def create_ranges(
-        self, group: str, spans: Sequence[tuple[str, int, int, int]], owner: str | None
+        self,
+        group: str,
+        spans: Sequence[tuple[str, int, int, int]],
+        owner: str | None,
+        lineages: Mapping[tuple[str, int], str] | None = None,
     ) -> dict[tuple[str, int, int], Token]:
         """:meth:`create_range` for many ``(topic, partition, start, end)`` at once: one insert, one read back.
 
         Recovery records the new range of every partition it was given; one statement per
         partition made a recovery of many partitions pay a round trip each.  Returns the
         stored token of each ``(topic, partition, start)`` key, whatever created it (an
-        existing range at a key is kept, as :meth:`create_range` keeps it).
+        existing range at a key is kept, as :meth:`create_range` keeps it).  ``lineages``
+        names the lineage of each partition's new ranges (none: no lineage).
         """
         check_name("group", group)
         if owner is not None:
             check_name("owner", owner)
+        for lineage in (lineages or {}).values():
+            check_name("lineage", check_lineage(lineage))
         for topic, partition, start, end in spans:
             check_name("topic", topic)
             check_int("partition", partition, 0, INT_MAX)
@@ -175,7 +195,7 @@ class RangeStore:
         if not spans:
             return {}
         with self._tx(f"creating {len(spans)} range(s)", write=True) as conn:
-            rows = insert_ranges(conn, group, spans, owner)
+            rows = insert_ranges(conn, group, spans, owner, lineages)
         tokens = {(t.topic, t.partition, t.progress.start): t for t in map(token_from_row, rows)}
         for topic, partition, start, end in spans:
             token = tokens[(topic, partition, start)]
@@ -252,6 +272,7 @@ class RangeStore:
             keys = set(piece)
             where: list[ColumnElement[bool]] = [
                 TABLE.c.group_id == group,
+                TABLE.c.state != TokenState.SUPERSEDED.value,
                 TABLE.c.topic.in_(sorted({topic for topic, _ in keys})),
                 TABLE.c.partition.in_(sorted({partition for _, partition in keys})),
             ]
@@ -325,6 +346,27 @@ class RangeStore:
             tokens, claimed = claim_rows(conn, ids, owner)
         log.info("claimed %d range(s) for %s", claimed, owner)
         return tokens
+
+    def retire(self, token_ids: Sequence[int]) -> int:
+        """Mark ranges superseded: kept for audit, never read or used to skip again (see ``fastrecover.recovery``).
+
+        Returns how many were retired now (an id already superseded, or missing, counts nothing).
+        """
+        ids = sorted(set(token_ids))
+        if not ids:
+            return 0
+        for token_id in ids:
+            check_int("token id", token_id, 1)
+        with self._tx(f"retiring {len(ids)} range(s)", write=True) as conn:
+            return retire_rows(conn, ids)
+
+    def adopt(self, token_ids: Sequence[int], lineage: str) -> None:
+        """Record that ``lineage`` vouches for these ranges from now on (recovery keeps them)."""
+        check_name("lineage", check_lineage(lineage))
+        ids = sorted(set(token_ids))
+        if ids:
+            with self._tx(f"adopting {len(ids)} range(s)", write=True) as conn:
+                adopt_rows(conn, ids, lineage)
 
     def commit_progress(self, updates: Sequence[ProgressUpdate]) -> CommitResult:
         """Write a batch of progress in ONE transaction; fenced updates are reported, not raised.

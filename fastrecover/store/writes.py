@@ -21,17 +21,19 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from fastrecover import hooks
+from fastrecover.codec import lineage_cluster
 from fastrecover.completion_map import encode_completed
 from fastrecover.ranges import RangeProgress
 from fastrecover.store.checks import INT_MAX, check_int, check_name, check_progress
-from fastrecover.store.models import RANGES, merge_progress, token_from_row
+from fastrecover.store.models import LIVE, RANGES, merge_progress, token_from_row
 from fastrecover.store.updates import CommitResult, ProgressUpdate
 from fastrecover.tokens import Token, TokenState
 
 #: The ranges table.
 TABLE = RANGES
-#: The natural key of a range (``uq_fastrecover_ranges_key``): creating a range is idempotent on it.
-_KEY_COLUMNS = ("group_id", "topic", "partition", "start_offset")
+#: The natural key of a range (``uq_fastrecover_ranges_key``, among ranges not superseded): creating a
+#: range is idempotent on it.
+_KEY_COLUMNS = ("group_id", "topic", "partition", "start_offset", "cluster")
 #: Values in one ``IN`` list, and keys per statement where a statement has three such lists.  SQLite
 #: builds before 3.32 allow 999 bound parameters per statement (later ones 32,766, PostgreSQL
 #: 65,535): without the cut, a recovery of a few hundred partitions on such a build failed, and so
@@ -66,7 +68,11 @@ def check_updates(updates: Sequence[ProgressUpdate]) -> None:
 
 
 def insert_ranges(
-    conn: Connection, group: str, spans: Sequence[tuple[str, int, int, int]], owner: str | None
+    conn: Connection,
+    group: str,
+    spans: Sequence[tuple[str, int, int, int]],
+    owner: str | None,
+    lineages: Mapping[tuple[str, int], str] | None = None,
 ) -> list[Mapping[Any, Any]]:
     """Insert new ranges at epoch 1 unless their keys exist; the rows as stored either way.
 
@@ -76,27 +82,43 @@ def insert_ranges(
     other keys are dropped here, so each key asked for has exactly its own row.
     """
     stamp = now()
-    rows = [_new_row(group, topic, partition, start, end, owner, stamp) for topic, partition, start, end in spans]
+    named = lineages or {}
+    rows = [
+        _new_row(group, topic, partition, start, end, owner, named.get((topic, partition)), stamp)
+        for topic, partition, start, end in spans
+    ]
     _insert_ignore(conn, rows)
     hooks.fire("token-write")  # fault point: inserted, not yet committed
     out: list[Mapping[Any, Any]] = []
-    for piece in chunked(sorted({(topic, partition, start) for topic, partition, start, _ in spans})):
+    keys = sorted({(r["topic"], r["partition"], r["start_offset"], r["cluster"]) for r in rows})
+    for piece in chunked(keys):
         wanted = set(piece)
         found = conn.execute(
             select(TABLE).where(
                 TABLE.c.group_id == group,
+                TABLE.c.state != TokenState.SUPERSEDED.value,
                 TABLE.c.topic.in_(sorted({k[0] for k in wanted})),
                 TABLE.c.partition.in_(sorted({k[1] for k in wanted})),
                 TABLE.c.start_offset.in_(sorted({k[2] for k in wanted})),
+                TABLE.c.cluster.in_(sorted({k[3] for k in wanted})),
             )
         ).mappings()
         # the cross product may hold another piece's key: each key is taken from its own piece only
-        out.extend(row for row in found if (row["topic"], row["partition"], row["start_offset"]) in wanted)
+        out.extend(
+            row for row in found if (row["topic"], row["partition"], row["start_offset"], row["cluster"]) in wanted
+        )
     return out
 
 
 def _new_row(
-    group: str, topic: str, partition: int, start: int, end: int, owner: str | None, stamp: datetime
+    group: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    owner: str | None,
+    lineage: str | None,
+    stamp: datetime,
 ) -> dict[str, Any]:
     done = start == end
     return {
@@ -114,6 +136,8 @@ def _new_row(
         "created_at": stamp,
         "updated_at": stamp,
         "finished_at": stamp if done else None,
+        "lineage": lineage,
+        "cluster": "" if lineage is None else lineage_cluster(lineage),
     }
 
 
@@ -123,9 +147,11 @@ def _insert_ignore(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert  # loaded with a PostgreSQL engine anyway
 
-        conn.execute(pg_insert(TABLE).on_conflict_do_nothing(constraint="uq_fastrecover_ranges_key"), list(rows))
+        pg_stmt = pg_insert(TABLE).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS), index_where=LIVE)
+        conn.execute(pg_stmt, list(rows))
     elif dialect == "sqlite":
-        conn.execute(sqlite_insert(TABLE).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS)), list(rows))
+        lite_stmt = sqlite_insert(TABLE).on_conflict_do_nothing(index_elements=list(_KEY_COLUMNS), index_where=LIVE)
+        conn.execute(lite_stmt, list(rows))
     else:
         for values in rows:
             try:
@@ -195,6 +221,34 @@ def claim_rows(conn: Connection, ids: Sequence[int], owner: str) -> tuple[list[T
         for r in conn.execute(select(TABLE).where(TABLE.c.id.in_(piece))).mappings()
     ]
     return sorted(fresh, key=lambda t: t.id), len(open_ids)
+
+
+def retire_rows(conn: Connection, ids: Sequence[int]) -> int:
+    """Mark the ranges ``ids`` superseded (open or done); returns how many rows changed.
+
+    The epoch moves too, so a member still holding one of them is fenced at its next
+    write, and the row stays for audit.  Superseded is final.
+    """
+    stamp = now()
+    changed = 0
+    for piece in chunked(sorted(set(ids))):
+        changed += conn.execute(
+            update(TABLE)
+            .where(TABLE.c.id.in_(piece), TABLE.c.state != TokenState.SUPERSEDED.value)
+            .values(state=TokenState.SUPERSEDED.value, epoch=TABLE.c.epoch + 1, updated_at=stamp)
+        ).rowcount
+    return changed
+
+
+def adopt_rows(conn: Connection, ids: Sequence[int], lineage: str) -> None:
+    """Make ``lineage`` vouch for the ranges ``ids`` (ranges a recovery kept from another lineage)."""
+    stamp = now()
+    for piece in chunked(sorted(set(ids))):
+        conn.execute(
+            update(TABLE)
+            .where(TABLE.c.id.in_(piece), TABLE.c.state != TokenState.SUPERSEDED.value)
+            .values(lineage=lineage, cluster=lineage_cluster(lineage), updated_at=stamp)
+        )
 
 
 def apply_progress(conn: Connection, updates: Sequence[ProgressUpdate]) -> CommitResult:

@@ -27,6 +27,7 @@ from fastrecover.codec import (
     decode_mirror,
     encode_mirror,
 )
+from fastrecover.completion_map import decode_completed, encode_completed
 from fastrecover.errors import CodecError
 from fastrecover.ranges import RangeProgress
 from tests.security.payloads import mirror, payloads
@@ -218,3 +219,43 @@ def test_fuzzed_compression_sizes(size: int, unit: bytes) -> None:
 def test_json_with_huge_numbers_is_bounded() -> None:
     raw = json.dumps([[int("9" * 4_000), 1, 1, ""]]).encode()
     assert isinstance(_decode_bounded("fr1:J" + base64.b64encode(raw).decode()), CodecError)
+
+
+# ---- one budget for a whole mirror ----------------------------------------------------------------
+
+
+def _zstd_bitset(raw: bytes) -> str:
+    return "1B" + base64.b64encode(zstandard.ZstdCompressor(level=19).compress(raw)).decode()
+
+
+def test_the_issue_payload_is_refused_by_the_mirrors_byte_budget() -> None:
+    """128 rows, each a zstd bitset of 256 KiB with one bit set: 117 characters of metadata per row."""
+    one_bit = _zstd_bitset(bytes(256 * 1024 - 1) + b"\x01")
+    rows = [[i * 10**7, i * 10**7 + 5 * 10**6, i * 10**7, one_bit] for i in range(128)]
+    with pytest.raises(CodecError, match=r"more than the .* allowed"):
+        decode_mirror(mirror(rows))
+
+
+def test_the_rows_of_a_mirror_share_one_byte_budget() -> None:
+    # each map alone fits the budget; together they do not
+    each = MIRROR_MAX_DECOMPRESSED // 4
+    dense = _zstd_bitset(b"\xff" * each)
+    rows = [[i * 10**7, i * 10**7 + 8 * each + 10, i * 10**7, dense] for i in range(5)]
+    with pytest.raises(CodecError):
+        decode_mirror(mirror(rows))
+
+
+def test_a_bitset_longer_than_its_highest_bit_needs_is_refused() -> None:
+    with pytest.raises(CodecError, match="longer than its highest set bit needs"):
+        decode_completed(0, "1b" + base64.b64encode(b"\x01\x00").decode(), end=100)
+
+
+def test_a_bitset_sparser_than_any_encoder_writes_is_refused() -> None:
+    sparse = bytes(999) + b"\x01"  # one offset: the run-length form is 2 bytes
+    with pytest.raises(CodecError, match="sparser than any encoder writes"):
+        decode_completed(0, "1b" + base64.b64encode(sparse).decode(), end=10_000)
+
+
+@given(st.frozensets(st.integers(1, 5_000), min_size=1, max_size=300))
+def test_every_map_the_encoder_writes_passes_the_checks(completed: frozenset[int]) -> None:
+    assert decode_completed(0, encode_completed(0, completed), end=5_001) == completed

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fastrecover.codec import OFFSET_LIMIT
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
-from fastrecover.recovery import plan_partition
+from fastrecover.recovery import LEGACY, plan_partition
 from fastrecover.tokens import Token, TokenState
 
 BIG = OFFSET_LIMIT - 1
@@ -72,7 +72,12 @@ def test_a_hostile_mirror_never_makes_recovery_skip(
 ) -> None:
     committed, log_end, min_offsets, tokens, mirrored = scenario
     plan = plan_partition(
-        committed=committed, log_end=log_end, min_offsets=min_offsets, store_tokens=tokens, mirrored=mirrored
+        trust=LEGACY,
+        committed=committed,
+        log_end=log_end,
+        min_offsets=min_offsets,
+        store_tokens=tokens,
+        mirrored=mirrored,
     )
     # restored ranges: fresh, non-empty, disjoint, inside the log, outside every store range
     for r in plan.restored:
@@ -106,7 +111,9 @@ def test_exhaustive_small_universe() -> None:
                 for e in range(s, universe + 1):
                     for c in range(s, e + 1):
                         row = RangeProgress(s, e, c)
-                        plan = plan_partition(committed=committed, log_end=log_end, min_offsets=1, mirrored=[row])
+                        plan = plan_partition(
+                            trust=LEGACY, committed=committed, log_end=log_end, min_offsets=1, mirrored=[row]
+                        )
                         if plan.primary_start is None:
                             continue
                         spans = list(plan.new_ranges) + [r.span for r in plan.restored]

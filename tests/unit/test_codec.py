@@ -12,7 +12,19 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastrecover.codec import MIRROR_LIMIT, decode_mirror, encode_mirror, is_mirror
+from fastrecover.codec import (
+    CLUSTER_MAX,
+    MARKED_MIRROR_LIMIT,
+    MIRROR_LIMIT,
+    Marker,
+    check_lineage,
+    decode_mirror,
+    encode_mirror,
+    is_mirror,
+    mark,
+    new_lineage,
+    read_marker,
+)
 from fastrecover.completion_map import decode_completed, encode_completed
 from fastrecover.errors import CodecError, FastRecoverError
 from fastrecover.ranges import RangeProgress
@@ -371,7 +383,7 @@ class TestMirror:
         assert decode_mirror(encode_mirror(ranges)) == ranges
 
     def test_drops_completion_maps_first(self) -> None:
-        scattered = frozenset(random.Random(7).sample(range(20, 90_000), 3_000))  # incompressible map
+        scattered = frozenset(random.Random(7).sample(range(20, 90_000), 1_500))  # incompressible map
         ranges = [
             RangeProgress(0, 100_000, 10, scattered),
             RangeProgress(200_000, 300_000, 200_000),
@@ -450,3 +462,74 @@ class TestMirror:
         # when the full form fits it is exact
         if len(encode_mirror(ranges, limit=10**9)) <= limit:
             assert decoded == sorted(open_ranges, key=lambda r: r.start)
+
+
+class TestMarker:
+    LINEAGE = "AbCdEfGhIjKlMnOpQrStUv/0123456789abcdef"
+    RANGES = (RangeProgress(10, 100, 20), RangeProgress(200, 300, 250, frozenset({260})))
+
+    def body(self) -> str:
+        return encode_mirror(list(self.RANGES), limit=MARKED_MIRROR_LIMIT)
+
+    def test_round_trip_names_the_lineage_and_the_offset(self) -> None:
+        text = mark(self.body(), self.LINEAGE, 42)
+        assert is_mirror(text) and text.startswith("fr2:")
+        assert read_marker(text) == Marker(self.LINEAGE, 42, self.RANGES)
+
+    def test_a_marker_without_ranges_still_names_its_lineage(self) -> None:
+        assert read_marker(mark("", self.LINEAGE, 0)) == Marker(self.LINEAGE, 0, ())
+
+    def test_an_older_mirror_has_no_lineage(self) -> None:
+        assert read_marker(self.body()) == Marker(None, None, self.RANGES)
+
+    @pytest.mark.parametrize("text", [None, "", "app-state-v1", "fr3:x", " fr2:x"])
+    def test_foreign_metadata_is_no_marker(self, text: str | None) -> None:
+        assert read_marker(text) is None
+
+    @pytest.mark.parametrize(
+        "header",
+        [
+            "fr2:AbC/0123456789abcdef/42",  # no ':' after the header
+            "fr2:AbC/0123456789abcdef/:",  # no offset
+            "fr2:AbC/0123456789abcdef/042:",  # a leading zero
+            "fr2:AbC/0123456789abcdef/4²:",  # a digit that is not ASCII
+            "fr2:AbC/0123456789abcdef/99999999999999999999:",  # beyond 2**63
+            "fr2:AbC/0123456789ABCDEF/42:",  # upper-case nonce
+            "fr2:AbC/0123/42:",  # short nonce
+            "fr2:Ab.C/0123456789abcdef/42:",  # a character no cluster id has
+            "fr2:0123456789abcdef/42:",  # no cluster part
+        ],
+    )
+    def test_a_malformed_header_is_refused(self, header: str) -> None:
+        with pytest.raises(CodecError):
+            read_marker(header)
+
+    def test_a_signed_marker_binds_its_header(self) -> None:
+        key = b"k" * 32
+        text = mark(self.body(), self.LINEAGE, 42, key=key, context="g/t/0")
+        assert read_marker(text, key=key, context="g/t/0") == Marker(self.LINEAGE, 42, self.RANGES)
+        moved = text.replace("/42:", "/7:")
+        with pytest.raises(CodecError, match="not signed with the configured mirror key"):
+            read_marker(moved, key=key, context="g/t/0")
+        with pytest.raises(CodecError, match="not signed with the configured mirror key"):
+            read_marker(text, key=key, context="g/t/1")
+        with pytest.raises(CodecError, match="unsigned but a mirror key is configured"):
+            read_marker(mark("", self.LINEAGE, 42), key=key, context="g/t/0")
+
+    def test_the_worst_case_fits_the_brokers_limit(self) -> None:
+        many = [
+            RangeProgress(i * 1_000, i * 1_000 + 999, i * 1_000 + 1, frozenset({i * 1_000 + 7})) for i in range(500)
+        ]
+        widest = "W" * CLUSTER_MAX + "/" + "f" * 16
+        text = mark(encode_mirror(many, limit=MARKED_MIRROR_LIMIT), widest, 2**63 - 2, key=b"k", context="g/t/0")
+        assert len(text) <= MIRROR_LIMIT
+
+    def test_lineages(self) -> None:
+        lineage = new_lineage("MkU3OEVBNTcwNTJENDM2Qg", bytes(range(8)))
+        assert lineage == "MkU3OEVBNTcwNTJENDM2Qg/0001020304050607"
+        assert check_lineage(lineage) == lineage
+        assert new_lineage(None, bytes(8)) == "/0000000000000000"
+        odd = new_lineage("a cluster id/with:odd chars", bytes(8))
+        assert check_lineage(odd) == odd, "an odd cluster id is replaced by its digest"
+        with pytest.raises(ValueError, match="8 bytes"):
+            new_lineage("c", b"short")

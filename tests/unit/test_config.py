@@ -23,7 +23,7 @@ from fastrecover.errors import ConfigError, FastRecoverError
 BASE: dict[str, Any] = {"bootstrap.servers": "localhost:9092", "group.id": "g"}
 INT_KEYS = {
     "fastrecover.backfill.min.offsets": (1, None),
-    "fastrecover.backfill.queue.max.messages": (1, None),
+    "fastrecover.backfill.queue.max.messages": (1, 10_000_000),
     "fastrecover.backfill.batch.size": (1, 100_000),
     "fastrecover.revoke.timeout.ms": (0, 600_000),
     "fastrecover.store.retry.backoff.ms": (0, 600_000),
@@ -378,3 +378,26 @@ class TestCooperative:
     )
     def test_is_cooperative(self, conf: dict[str, Any], expected: bool) -> None:
         assert is_cooperative(conf) is expected
+
+
+class TestIssueFindings:
+    def test_conflicting_spellings_of_the_switch_are_refused(self) -> None:
+        with pytest.raises(ConfigError, match="conflicting spellings") as info:
+            split_config({"group.id": "g", "enable.parallel.rebalance": False}, enable_parallel_rebalance=True)
+        assert "enable.parallel.rebalance=False" in str(info.value)
+        assert "enable_parallel_rebalance=True" in str(info.value)
+
+    def test_agreeing_spellings_are_one_switch(self) -> None:
+        _conf, settings = split_config(
+            {"group.id": "g", "enable.parallel.rebalance": "true"}, enable_parallel_rebalance=True
+        )
+        assert settings.enabled
+
+    @pytest.mark.parametrize("owner", ["a\x00b", "line\nbreak", "tab\there", "del\x7f"])
+    def test_an_owner_id_a_store_cannot_hold_is_refused(self, owner: str) -> None:
+        with pytest.raises(ConfigError, match=r"fastrecover\.owner\.id: control characters"):
+            split_config(enabled(**{"fastrecover.owner.id": owner}))
+
+    def test_commits_mean_what_kafkas_mean_unless_asked_otherwise(self) -> None:
+        assert not split_config(enabled())[1].commit_out_of_order
+        assert split_config(enabled(**{"fastrecover.commit.out.of.order": "true"}))[1].commit_out_of_order

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastrecover.codec import Marker
 from fastrecover.ranges import OffsetRange, RangeProgress
-from fastrecover.recovery import PartitionPlan, plan_partition
+from fastrecover.recovery import LEGACY, UNTRUSTED, PartitionPlan, Trust, plan_partition, this_cluster, trust_of
 from fastrecover.tokens import Token, TokenState
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -45,7 +46,7 @@ def unfinished(p: RangeProgress) -> set[int]:
 
 class TestKipExample:
     def test_first_crash(self) -> None:
-        plan = plan_partition(committed=70, log_end=120, min_offsets=10)
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=120, min_offsets=10)
         assert plan.primary_start == 120
         assert plan.new_ranges == (OffsetRange(70, 120),)
         assert plan.restored == ()
@@ -55,7 +56,7 @@ class TestKipExample:
 
     def test_second_crash_with_the_old_range_done(self) -> None:
         old = token(1, 70, 120, done=True)
-        plan = plan_partition(committed=140, log_end=190, min_offsets=10, store_tokens=[old])
+        plan = plan_partition(trust=LEGACY, committed=140, log_end=190, min_offsets=10, store_tokens=[old])
         assert plan.primary_start == 190
         assert plan.new_ranges == (OffsetRange(140, 190),)
         assert plan.backfill == ()
@@ -63,7 +64,7 @@ class TestKipExample:
 
     def test_second_crash_with_the_old_range_still_open(self) -> None:
         old = token(1, 70, 120, committed=95)
-        plan = plan_partition(committed=140, log_end=190, min_offsets=10, store_tokens=[old])
+        plan = plan_partition(trust=LEGACY, committed=140, log_end=190, min_offsets=10, store_tokens=[old])
         assert plan.primary_start == 190
         assert plan.new_ranges == (OffsetRange(140, 190),)
         assert plan.backfill == (old,)
@@ -71,7 +72,7 @@ class TestKipExample:
     def test_crash_before_the_primary_ever_committed(self) -> None:
         # the primary jumped to 120 but crashed before committing: committed is still 70
         old = token(1, 70, 120, committed=80)
-        plan = plan_partition(committed=70, log_end=190, min_offsets=10, store_tokens=[old])
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=190, min_offsets=10, store_tokens=[old])
         assert plan.primary_start == 190
         assert plan.new_ranges == (OffsetRange(120, 190),)
         assert plan.backfill == (old,)
@@ -79,37 +80,37 @@ class TestKipExample:
 
 class TestNoSplit:
     def test_lag_below_min(self) -> None:
-        plan = plan_partition(committed=70, log_end=79, min_offsets=10)
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=79, min_offsets=10)
         assert plan == PartitionPlan(primary_start=None)
         assert plan.lag == 0
 
     def test_lag_exactly_min_is_split(self) -> None:
-        plan = plan_partition(committed=70, log_end=80, min_offsets=10)
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=80, min_offsets=10)
         assert plan.primary_start == 80
         assert plan.new_ranges == (OffsetRange(70, 80),)
 
     @pytest.mark.parametrize("committed", [None, -1, -1001])
     def test_no_committed_offset(self, committed: int | None) -> None:
-        plan = plan_partition(committed=committed, log_end=10_000, min_offsets=1)
+        plan = plan_partition(trust=LEGACY, committed=committed, log_end=10_000, min_offsets=1)
         assert plan.primary_start is None
         assert plan.new_ranges == ()
         assert plan.fallback_start is None
 
     def test_log_end_below_committed(self) -> None:
-        plan = plan_partition(committed=500, log_end=100, min_offsets=1)
+        plan = plan_partition(trust=LEGACY, committed=500, log_end=100, min_offsets=1)
         assert plan.primary_start is None
         assert plan.new_ranges == ()
 
     def test_open_tokens_are_backfilled_even_without_split(self) -> None:
         old = token(3, 10, 50)
         done = token(4, 50, 60, done=True)
-        plan = plan_partition(committed=None, log_end=100, min_offsets=10, store_tokens=[old, done])
+        plan = plan_partition(trust=LEGACY, committed=None, log_end=100, min_offsets=10, store_tokens=[old, done])
         assert plan.primary_start is None
         assert plan.backfill == (old,)
 
     def test_mirror_is_restored_even_without_split(self) -> None:
         mirrored = [RangeProgress(10, 50, 20)]
-        plan = plan_partition(committed=100, log_end=101, min_offsets=10, mirrored=mirrored)
+        plan = plan_partition(trust=LEGACY, committed=100, log_end=101, min_offsets=10, mirrored=mirrored)
         assert plan.primary_start is None
         assert plan.restored == (RangeProgress(10, 50, 10),)
 
@@ -118,14 +119,14 @@ class TestOverlaps:
     def test_new_range_skips_open_tokens_inside_the_lag(self) -> None:
         a = token(1, 80, 90)
         b = token(2, 100, 130)
-        plan = plan_partition(committed=70, log_end=200, min_offsets=10, store_tokens=[b, a])
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=200, min_offsets=10, store_tokens=[b, a])
         assert plan.new_ranges == (OffsetRange(70, 80), OffsetRange(90, 100), OffsetRange(130, 200))
         assert set(plan.backfill) == {a, b}
         assert plan.lag == 10 + 10 + 70
 
     def test_lag_covered_entirely_by_open_tokens(self) -> None:
         a = token(1, 60, 130)
-        plan = plan_partition(committed=70, log_end=130, min_offsets=10, store_tokens=[a])
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=130, min_offsets=10, store_tokens=[a])
         assert plan.primary_start == 130
         assert plan.new_ranges == ()
         assert plan.backfill == (a,)
@@ -133,7 +134,7 @@ class TestOverlaps:
     def test_done_tokens_do_not_hide_the_lag(self) -> None:
         # re-reading a done range only re-delivers; it never loses anything
         done = token(1, 80, 90, done=True)
-        plan = plan_partition(committed=70, log_end=100, min_offsets=10, store_tokens=[done])
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=100, min_offsets=10, store_tokens=[done])
         assert offsets(plan.new_ranges) >= set(range(70, 80)) | set(range(90, 100))
 
 
@@ -142,32 +143,38 @@ class TestMirrorRestore:
 
     def test_store_wiped_restores_mirror_fresh(self) -> None:
         mirrored = [RangeProgress(70, 120, 95, frozenset({100, 101}))]
-        plan = plan_partition(committed=140, log_end=190, min_offsets=10, mirrored=mirrored)
+        plan = plan_partition(trust=LEGACY, committed=140, log_end=190, min_offsets=10, mirrored=mirrored)
         assert plan.restored == (RangeProgress(70, 120, 70),)
         assert plan.new_ranges == (OffsetRange(140, 190),)
 
     def test_known_open_or_done_entries_are_not_restored(self) -> None:
         mirrored = [RangeProgress(70, 120, 95), RangeProgress(140, 190, 150), RangeProgress(200, 250, 210)]
         store = [token(1, 70, 120, committed=100), token(2, 140, 190, done=True)]
-        plan = plan_partition(committed=300, log_end=400, min_offsets=10, store_tokens=store, mirrored=mirrored)
+        plan = plan_partition(
+            trust=LEGACY, committed=300, log_end=400, min_offsets=10, store_tokens=store, mirrored=mirrored
+        )
         assert plan.restored == (RangeProgress(200, 250, 200),)
         assert plan.backfill == (store[0],)
 
     def test_done_mirror_entries_are_ignored(self) -> None:
-        plan = plan_partition(committed=300, log_end=301, min_offsets=10, mirrored=[RangeProgress(0, 10, 10)])
+        plan = plan_partition(
+            trust=LEGACY, committed=300, log_end=301, min_offsets=10, mirrored=[RangeProgress(0, 10, 10)]
+        )
         assert plan.restored == ()
 
     def test_partly_known_entry_is_clipped_and_fresh(self) -> None:
         # the mirror merged two ranges; the store still knows the first one
         mirrored = [RangeProgress(70, 200, 90, frozenset({95, 150, 151, 199}))]
         store = [token(1, 70, 120, committed=100)]
-        plan = plan_partition(committed=200, log_end=201, min_offsets=10, store_tokens=store, mirrored=mirrored)
+        plan = plan_partition(
+            trust=LEGACY, committed=200, log_end=201, min_offsets=10, store_tokens=store, mirrored=mirrored
+        )
         assert plan.restored == (RangeProgress(120, 200, 120),)
 
     def test_a_forged_almost_done_range_skips_nothing(self) -> None:
         """Issue 11: committed = end - 1 with an empty store delivered 1 of 2,000 records."""
         mirrored = [RangeProgress(0, 2_000, 1_999)]
-        plan = plan_partition(committed=0, log_end=2_000, min_offsets=100, mirrored=mirrored)
+        plan = plan_partition(trust=LEGACY, committed=0, log_end=2_000, min_offsets=100, mirrored=mirrored)
         assert plan.primary_start == 2_000
         assert plan.restored == (RangeProgress(0, 2_000, 0),)
         assert plan.new_ranges == ()
@@ -175,18 +182,18 @@ class TestMirrorRestore:
     def test_ranges_past_the_log_end_are_clipped(self) -> None:
         """Issue 11: a range past the log end swallowed every primary commit."""
         mirrored = [RangeProgress(0, 2**62, 0), RangeProgress(5_000, 9_000, 5_000)]
-        plan = plan_partition(committed=0, log_end=2_500, min_offsets=100, mirrored=mirrored)
+        plan = plan_partition(trust=LEGACY, committed=0, log_end=2_500, min_offsets=100, mirrored=mirrored)
         assert plan.restored == (RangeProgress(0, 2_500, 0),)
         assert all(r.end <= 2_500 for r in plan.restored)
 
     def test_overlapping_and_duplicate_entries_are_merged(self) -> None:
         mirrored = [RangeProgress(10, 50, 10)] * 5_000 + [RangeProgress(40, 80, 60), RangeProgress(80, 90, 85)]
-        plan = plan_partition(committed=100, log_end=101, min_offsets=10, mirrored=mirrored)
+        plan = plan_partition(trust=LEGACY, committed=100, log_end=101, min_offsets=10, mirrored=mirrored)
         assert plan.restored == (RangeProgress(10, 90, 10),)
 
     def test_new_ranges_do_not_overlap_restored(self) -> None:
         mirrored = [RangeProgress(100, 150, 120)]
-        plan = plan_partition(committed=70, log_end=200, min_offsets=10, mirrored=mirrored)
+        plan = plan_partition(trust=LEGACY, committed=70, log_end=200, min_offsets=10, mirrored=mirrored)
         assert plan.restored == (RangeProgress(100, 150, 100),)
         assert plan.new_ranges == (OffsetRange(70, 100), OffsetRange(150, 200))
 
@@ -235,7 +242,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
 @settings(max_examples=400)
 @given(scenarios())
 def test_plan_properties(scenario: dict[str, object]) -> None:
-    plan = plan_partition(**scenario)  # type: ignore[arg-type]
+    plan = plan_partition(trust=LEGACY, **scenario)  # type: ignore[arg-type]
     committed = scenario["committed"]
     log_end = scenario["log_end"]
     min_offsets = scenario["min_offsets"]
@@ -305,7 +312,118 @@ def test_a_done_range_is_not_handed_out_again_and_does_not_hide_what_follows_it(
     from fastrecover.tokens import TokenState as _State
 
     done = _Token(1, "g", "t", 0, _Progress(100, 2100, 2100), state=_State.DONE)
-    plan = plan_partition(committed=100, log_end=2101, min_offsets=1, store_tokens=[done])
+    plan = plan_partition(trust=LEGACY, committed=100, log_end=2101, min_offsets=1, store_tokens=[done])
     assert plan.new_ranges == (_Span(2100, 2101),)
     assert plan.primary_start == 2101
     assert plan.backfill == ()
+
+
+# ---- which ranges the committed offset vouches for ---------------------------------------------------
+
+A = "clusterA/aaaaaaaaaaaaaaaa"
+B = "clusterA/bbbbbbbbbbbbbbbb"
+ELSEWHERE = "clusterB/aaaaaaaaaaaaaaaa"
+
+
+def lineage_token(token_id: int, start: int, end: int, lineage: str | None, *, done: bool = True) -> Token:
+    progress = RangeProgress(start, end, end if done else start)
+    return Token(token_id, "g", "t", 0, progress, state=TokenState.DONE if done else TokenState.OPEN, lineage=lineage)
+
+
+class TestTrust:
+    def test_a_marker_vouches_for_its_lineage_at_its_own_offset_on_its_own_cluster(self) -> None:
+        assert trust_of(100, Marker(A, 100, ()), "clusterA") == Trust(lineage=A)
+        assert trust_of(0, Marker(A, 100, ()), "clusterA") is UNTRUSTED, "the offset moved without the marker"
+        assert trust_of(100, Marker(A, 100, ()), "clusterB") is UNTRUSTED, "another cluster's marker"
+        assert trust_of(None, Marker(A, 100, ()), "clusterA") is UNTRUSTED
+        assert trust_of(100, None, "clusterA") is UNTRUSTED, "a plain commit, an admin reset"
+        assert trust_of(100, Marker(None, None, ()), "clusterA") is LEGACY, "an older version's fr1 mirror"
+
+    def test_vouching(self) -> None:
+        assert Trust(lineage=A).vouches(lineage_token(1, 0, 5, A))
+        assert not Trust(lineage=A).vouches(lineage_token(1, 0, 5, B))
+        assert not Trust(lineage=A).vouches(lineage_token(1, 0, 5, None))
+        assert LEGACY.vouches(lineage_token(1, 0, 5, None)) and not LEGACY.vouches(lineage_token(1, 0, 5, A))
+        assert not UNTRUSTED.vouches(lineage_token(1, 0, 5, None))
+
+    def test_tokens_of_another_cluster_are_not_this_partitions(self) -> None:
+        mine, old, theirs = lineage_token(1, 0, 5, A), lineage_token(2, 5, 9, None), lineage_token(3, 9, 12, ELSEWHERE)
+        assert this_cluster([mine, old, theirs], "clusterA") == [mine, old]
+
+    def test_an_offset_reset_below_a_done_range_reads_it_again(self) -> None:
+        done = lineage_token(1, 100, 1100, A)
+        plan = plan_partition(trust=UNTRUSTED, committed=0, log_end=1100, min_offsets=10, store_tokens=[done])
+        assert plan.retired == (done,)
+        assert plan.new_ranges == (OffsetRange(0, 1100),)
+        assert plan.kept == () and plan.backfill == ()
+
+    def test_no_committed_offset_retires_every_range(self) -> None:
+        done, open_ = lineage_token(1, 100, 1100, A), lineage_token(2, 0, 50, A, done=False)
+        plan = plan_partition(trust=UNTRUSTED, committed=None, log_end=3000, min_offsets=10, store_tokens=[done, open_])
+        assert set(plan.retired) == {done, open_}
+        assert plan.primary_start is None and plan.backfill == ()
+
+    def test_an_open_range_owed_below_a_plain_members_offset_is_still_read(self) -> None:
+        owed = lineage_token(1, 100, 200, A, done=False)
+        plan = plan_partition(trust=UNTRUSTED, committed=500, log_end=520, min_offsets=100, store_tokens=[owed])
+        assert plan.retired == () and plan.backfill == (owed,) and plan.kept == (owed,)
+
+    def test_the_mirror_counts_only_when_the_offset_vouches_for_something(self) -> None:
+        mirrored = [RangeProgress(10, 60, 10)]
+        assert (
+            plan_partition(trust=UNTRUSTED, committed=100, log_end=100, min_offsets=10, mirrored=mirrored).restored
+            == ()
+        )
+        vouched = plan_partition(trust=Trust(lineage=A), committed=100, log_end=100, min_offsets=10, mirrored=mirrored)
+        assert vouched.restored == (RangeProgress(10, 60, 10),)
+
+
+LINEAGES = (None, A, B)
+TRUSTS = (UNTRUSTED, LEGACY, Trust(lineage=A), Trust(lineage=B))
+
+
+@st.composite
+def lineage_scenarios(draw: st.DrawFn) -> dict[str, object]:
+    scenario = draw(scenarios())
+    tokens: list[Token] = scenario["store_tokens"]  # type: ignore[assignment]
+    states = st.sampled_from([TokenState.OPEN, TokenState.DONE, TokenState.SUPERSEDED])
+    relabelled = []
+    for t in tokens:
+        state = draw(states)
+        progress = t.progress if state is TokenState.OPEN else RangeProgress(t.span.start, t.span.end, t.span.end)
+        relabelled.append(Token(t.id, "g", "t", 0, progress, state=state, lineage=draw(st.sampled_from(LINEAGES))))
+    scenario["store_tokens"] = relabelled
+    scenario["trust"] = draw(st.sampled_from(TRUSTS))
+    return scenario
+
+
+@settings(max_examples=500)
+@given(lineage_scenarios())
+def test_a_range_counts_only_while_the_committed_offset_vouches_for_it(scenario: dict[str, object]) -> None:
+    plan = plan_partition(**scenario)  # type: ignore[arg-type]
+    committed: int | None = scenario["committed"]  # type: ignore[assignment]
+    trust: Trust = scenario["trust"]  # type: ignore[assignment]
+    tokens: list[Token] = scenario["store_tokens"]  # type: ignore[assignment]
+    valid = committed is not None and committed >= 0
+    live = [t for t in tokens if not t.is_superseded]
+
+    # every live range is either retired or kept; a superseded one is neither, nor read
+    assert sorted(t.id for t in plan.retired + plan.kept) == sorted(t.id for t in live)
+    assert plan.backfill == tuple(t for t in plan.kept if t.is_open)
+    for t in plan.retired:
+        assert not trust.vouches(t)
+        assert not valid or t.span.end > committed or t.span.start >= committed  # type: ignore[operator]
+    if not valid:
+        assert {t.id for t in plan.retired} == {t.id for t in live if not trust.vouches(t)}
+    if not trust.any:
+        assert plan.restored == ()
+
+    # above the committed offset, only what the offset vouches for may stand in for a read
+    if plan.primary_start is not None:
+        assert committed is not None
+        vouched = [t.span for t in plan.kept if trust.vouches(t)]
+        covered = offsets(plan.new_ranges) | offsets([r.span for r in plan.restored]) | offsets(vouched)
+        assert set(range(committed, plan.primary_start)) <= covered
+        for t in plan.kept:
+            if not trust.vouches(t):
+                assert t.span.end <= committed and t.span.start < committed, "an unvouched range kept above"

@@ -1,0 +1,269 @@
+"""What operators do to a consumer group, on the real broker and both stores.
+
+Operators reset offsets to reprocess, delete and re-create topics, and share a
+store between clusters.  A range token is a fact about offsets of one log at
+one time: when Kafka's committed offset was moved by someone other than
+fastrecover, a finished range above it must not hide a record (the worst bug
+fastrecover can have).  Each test builds the state the way an operator meets it
+(a range backfilled to the end, then the operator's action through the admin
+API, as ``kafka-consumer-groups`` does), then asks a new fastrecover consumer
+for every record at or after the new position.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import ConsumerGroupTopicPartitions, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fastrecover import Consumer
+from fastrecover.ranges import RangeProgress
+from fastrecover.store import open_store
+from fastrecover.store.updates import ProgressUpdate
+from fastrecover.tokens import TokenState
+from fastrecover_tools.testing.broker import create_topic, delete_topic, group_is_empty, produce
+from fastrecover_tools.testing.waiting import wait_for
+from tests.integration.helpers import consume_until, group_offsets, offset_of, parallel_config, poll_until
+
+LOG_END = 1_100
+FIRST_COMMIT = 100
+
+
+def _commit_plain(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    """Commit ``offset`` for partition 0 with empty metadata, as a plain client or an admin tool does."""
+    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        plain.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        plain.close()
+
+
+def _reset_offset(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    """``kafka-consumer-groups --reset-offsets --execute``: the admin API's alter, with no metadata."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, offset)])
+    (future,) = admin.alter_consumer_group_offsets([request]).values()
+    future.result(timeout=30)
+
+
+def _finish_a_range(bootstrap: str, topic: str, group: str, store_url: str) -> None:
+    """Records 0..LOG_END-1; the group at FIRST_COMMIT; a fastrecover consumer backfills the rest and closes.
+
+    Leaves a *done* range [FIRST_COMMIT, LOG_END) in the store, and Kafka's offset at or above LOG_END.
+    """
+    produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
+    _commit_plain(bootstrap, group, topic, FIRST_COMMIT)
+    consumer = Consumer(parallel_config(bootstrap, group, store_url))
+    try:
+        consumer.subscribe([topic])
+        got: list[Message] = []
+        wanted = set(range(FIRST_COMMIT, LOG_END))
+        poll_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the backfilled range")
+        consumer.poll(0)  # the records returned so far count as done (auto offset store)
+        consumer.commit(asynchronous=False)
+        with open_store(store_url) as store:
+            (token,) = store.ranges(group)
+            assert (token.span.start, token.span.end, token.state) == (FIRST_COMMIT, LOG_END, TokenState.DONE)
+    finally:
+        consumer.close()
+    wait_for(lambda: group_is_empty(bootstrap, group), 30, 0.2, "the first consumer to leave")
+
+
+def _delivered_from(bootstrap: str, topic: str, group: str, store_url: str, wanted: set[int]) -> set[int]:
+    """Offsets a new fastrecover consumer of ``group`` delivers until it has every one of ``wanted``."""
+    consumer = Consumer(parallel_config(bootstrap, group, store_url))
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+
+        def complete() -> bool:
+            return {offset_of(m) for m in got} >= wanted
+
+        try:
+            consume_until(consumer, got, complete, 90, f"{len(wanted)} records from offset {min(wanted)}")
+        except Exception as exc:
+            missing = sorted(wanted - {offset_of(m) for m in got})
+            raise AssertionError(f"{len(missing)} records never delivered, from {missing[:5]}...") from exc
+    finally:
+        consumer.close()
+    return {offset_of(m) for m in got}
+
+
+def _superseded(store_url: str, group: str) -> list[tuple[int, int]]:
+    with open_store(store_url) as store:
+        return [(t.span.start, t.span.end) for t in store.ranges(group) if t.is_superseded]
+
+
+def _timestamp_offset(bootstrap: str, topic: str, offset: int) -> int:
+    """The offset ``--to-datetime`` finds for the time record ``offset`` was written."""
+    probe = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": "probe-timestamps", "enable.auto.commit": False})
+    try:
+        probe.assign([TopicPartition(topic, 0, offset)])
+        msg = None
+        deadline = time.monotonic() + 30
+        while msg is None or msg.error() is not None:
+            assert time.monotonic() < deadline, f"no record at offset {offset}"
+            msg = probe.poll(0.5)
+        _kind, stamp = msg.timestamp()
+        (found,) = probe.offsets_for_times([TopicPartition(topic, 0, stamp)], timeout=10)
+        return int(found.offset)
+    finally:
+        probe.close()
+
+
+@pytest.mark.parametrize("reset", ["to-earliest", "by-shift", "to-datetime"])
+def test_an_offset_reset_below_a_finished_range_delivers_every_record_again(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, reset: str
+) -> None:
+    topic = topic_factory(partitions=1)
+    _finish_a_range(bootstrap, topic, unique_group, store_url)
+    (before,) = group_offsets(bootstrap, unique_group, topic)
+    target = {
+        "to-earliest": 0,
+        "by-shift": before.offset - 700,
+        "to-datetime": _timestamp_offset(bootstrap, topic, 250),
+    }[reset]
+    assert 0 <= target < FIRST_COMMIT + 500, f"the reset goes below the finished range's end ({target})"
+    _reset_offset(bootstrap, unique_group, topic, target)
+
+    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(target, LOG_END)))
+
+    assert set(range(target, LOG_END)) <= delivered
+    assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, LOG_END)], "the old range is kept for audit"
+
+
+def test_a_re_created_topic_is_not_hidden_by_the_old_incarnations_ranges(
+    bootstrap: str, unique_group: str, store_url: str
+) -> None:
+    topic = f"t-recreated-{unique_group[-24:]}"
+    create_topic(bootstrap, topic, 1)
+    try:
+        _finish_a_range(bootstrap, topic, unique_group, store_url)
+        delete_topic(bootstrap, topic)
+        create_topic(bootstrap, topic, 1)
+        produce(bootstrap, topic, [f"new{i}" for i in range(3_000)], partition=0)
+        # the group's offsets went with the old topic; it consumed the new one to 500, then crashed
+        _commit_plain(bootstrap, unique_group, topic, 500)
+
+        delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(500, 3_000)))
+
+        assert set(range(500, 3_000)) <= delivered
+        assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, LOG_END)]
+    finally:
+        delete_topic(bootstrap, topic)
+
+
+def test_ranges_of_another_cluster_sharing_the_store_are_neither_believed_nor_retired(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """One store, two clusters with the same group and topic names: each recovers on its own facts."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
+    _commit_plain(bootstrap, unique_group, topic, FIRST_COMMIT)
+    elsewhere = "AnotherClusterId000000/0123456789abcdef"
+    with open_store(store_url) as store:
+        token = store.create_range(unique_group, topic, 0, FIRST_COMMIT, LOG_END, "other-member", elsewhere)
+        store.commit_one(
+            ProgressUpdate(token.id, "other-member", token.epoch, RangeProgress(FIRST_COMMIT, LOG_END, LOG_END))
+        )
+
+    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(FIRST_COMMIT, LOG_END)))
+
+    assert set(range(FIRST_COMMIT, LOG_END)) <= delivered
+    with open_store(store_url) as store:
+        theirs = store.get(token.id)
+    assert (theirs.state, theirs.lineage) == (TokenState.DONE, elsewhere), "the other cluster's range is untouched"
+
+
+def test_a_range_fastrecover_vouched_for_is_still_not_read_twice(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """The other side of the rule: Kafka's offset moved down by fastrecover's own hand-back keeps its ranges.
+
+    A graceful close mid-backfill hands the range back (Kafka's offset moves down to the range's
+    lowest unfinished offset, with the marker); the successor claims the range instead of retiring it.
+    """
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(20_000)], partition=0)
+    _commit_plain(bootstrap, unique_group, topic, FIRST_COMMIT)
+    first = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        first.subscribe([topic])
+        got: list[Message] = []
+        poll_until(first, got, lambda: len(got) >= 50, 60, "the first backfilled records")
+    finally:
+        first.close()
+    wait_for(lambda: group_is_empty(bootstrap, unique_group), 30, 0.2, "the first consumer to leave")
+    with open_store(store_url) as store:
+        (handed_back,) = store.open_ranges(unique_group)
+    (offset,) = group_offsets(bootstrap, unique_group, topic)
+    assert offset.offset == handed_back.progress.committed, "hand-back moved Kafka's offset down to the range"
+    assert (offset.metadata or "").startswith("fr2:"), "with fastrecover's marker"
+
+    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(offset.offset, 20_000)))
+
+    assert set(range(offset.offset, 20_000)) <= delivered
+    assert _superseded(store_url, unique_group) == [], "nothing was retired"
+    with open_store(store_url) as store:
+        claimed = store.get(handed_back.id)
+    assert not claimed.is_superseded and claimed.epoch > handed_back.epoch, "the successor claimed the range"
+
+
+def _delete_rows(store_url: str, group: str) -> None:
+    """The store restored from a backup taken before ``group`` had any range: its rows are gone."""
+    with open_store(store_url) as store, store.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM fastrecover_ranges WHERE group_id = :g"), {"g": group})
+
+
+def test_a_store_restored_from_an_older_backup_takes_the_ranges_back_from_kafkas_marker(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """A mirror-restored range finishes under assign(): committed() and Kafka's offset reach its end."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(2_000)], partition=0)
+    _commit_plain(bootstrap, unique_group, topic, 0)
+    first = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        first.assign([TopicPartition(topic, 0)])
+        assert first.recoveries and first.recoveries[0].new_ranges, "the lag [0, 2000) became a range"
+    finally:
+        first._fr.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        first.close()
+    (marked,) = group_offsets(bootstrap, unique_group, topic)
+    assert marked.offset == 0 and (marked.metadata or "").startswith("fr2:"), "Kafka carries the marker"
+    _delete_rows(store_url, unique_group)
+
+    second = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        second.assign([TopicPartition(topic, 0)])
+        got: list[Message] = []
+
+        def commit_each() -> bool:
+            msg = second.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+                second.commit(message=msg, asynchronous=False)
+            return {offset_of(m) for m in got} >= set(range(2_000))
+
+        wait_for(commit_each, 90, interval=0.001, what="the restored range, each record committed")
+
+        def at_the_end() -> bool:
+            second.poll(0.05)
+            (answer,) = second.committed([TopicPartition(topic, 0)], timeout=10)
+            return answer.offset == 2_000
+
+        wait_for(at_the_end, 30, interval=0.01, what="committed() to reach the restored range's end")
+        (kafka,) = group_offsets(bootstrap, unique_group, topic)
+        wait_for(
+            lambda: group_offsets(bootstrap, unique_group, topic)[0].offset == 2_000,
+            30,
+            0.1,
+            f"Kafka's offset to follow the finished range (it is {kafka.offset})",
+        )
+    finally:
+        second.close()
