@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fastrecover.committer")
 
+#: what the bound on a store wait counts for a statement when its timeout is off (0)
+_UNBOUNDED_STATEMENT_MS = 30_000
+#: room for a connection, its pre-ping and the commit around the statements of one transaction
+_CONNECT_SLACK_S = 5.0
+
 
 class StoreLink:
     """The store handle, opened lazily and re-tried after a back-off when it is down."""
@@ -52,8 +57,19 @@ class StoreLink:
         self._statement_timeout_ms = statement_timeout_ms
         self._store: RangeStore | None = None
         self._retry_at = 0.0
+        #: a write that did not answer within the bound: until it ends, the store counts as down
+        self._stalled: threading.Event | None = None
+        # The longest a healthy transaction takes: a lock wait, a statement, and room for the connection.
+        # A store that keeps a caller waiting longer has stopped answering (a network that froze
+        # rather than failed: the server-side timeouts never see the statement).
+        statement_s = (statement_timeout_ms or _UNBOUNDED_STATEMENT_MS) / 1000.0
+        self.wait_s = lock_timeout_ms / 1000.0 + statement_s + _CONNECT_SLACK_S
 
     def get(self, force: bool = False) -> RangeStore | None:
+        if self._stalled is not None:
+            if not self._stalled.is_set():
+                return None  # a write still hangs on it: nothing else may wait on the store too
+            self._stalled = None
         if self._store is not None:
             return self._store
         if not force and time.monotonic() < self._retry_at:
@@ -75,6 +91,14 @@ class StoreLink:
     def failed(self) -> None:
         """The store stopped answering: wait a back-off before the next attempt."""
         self._retry_at = time.monotonic() + self._backoff
+
+    def stalled(self, done: threading.Event) -> None:
+        """A write has hung longer than :attr:`wait_s`: the store is down until it ends (``done``)."""
+        self._stalled = done
+
+    @property
+    def is_stalled(self) -> bool:
+        return self._stalled is not None and not self._stalled.is_set()
 
     def close(self) -> None:
         if self._store is not None:
@@ -202,8 +226,8 @@ class RangeCommitter:
         job = self._sync_job(keys, raise_errors)
         if job is None:
             return []
-        _run_job(job.store, job)
-        return self._apply(job, raise_errors=raise_errors)
+        self._writer_thread().submit(job.store, job)  # on the writer: a hung driver call cannot hold the caller
+        return self.finish_sync(job, raise_errors=raise_errors)
 
     def begin_sync(self, keys: Iterable[TopicPartitionKey] | None = None) -> _Job | None:
         """Start writing every pending progress of ``keys`` on the writer thread; :meth:`finish_sync` waits.
@@ -220,13 +244,44 @@ class RangeCommitter:
 
     def finish_sync(self, job: _Job, raise_errors: bool = True) -> list[TopicPartition]:
         """Wait for a :meth:`begin_sync` write and apply it; returns the ranges' committed offsets."""
-        assert job.done is not None
-        job.done.wait()  # bounded by the store's own lock and statement timeouts
+        if not self._await(job, raise_errors):
+            return []
         return self._apply(job, raise_errors=raise_errors)
 
+    def _await(self, job: _Job, raise_errors: bool) -> bool:
+        """Wait for ``job`` at most the link's bound; past it the store counts as down until the job ends.
+
+        The job stays in flight: its result, whenever it comes, is applied by a later tick, so
+        progress becomes durable only when the store has it.  Until then nothing else waits on
+        the store (recovery, hand-back and release skip it, as for a store that is down).
+        """
+        assert job.done is not None
+        if job.done.wait(self._link.wait_s):
+            if self._inflight is job:
+                self._inflight = None
+            return True
+        self._inflight = job
+        self._link.stalled(job.done)
+        self.failures += 1
+        err = StoreUnavailableError(
+            f"the range store did not answer within {self._link.wait_s:g} s (fastrecover.store.lock.timeout.ms "
+            f"+ statement.timeout.ms + {_CONNECT_SLACK_S:g} s); {len(job.updates)} range commits stay pending "
+            "and are written once it answers"
+        )
+        log.error("%s", err)
+        self._report(err, [])
+        if raise_errors:
+            raise err
+        return False
+
     def _sync_job(self, keys: Iterable[TopicPartitionKey] | None, raise_errors: bool) -> _Job | None:
-        if self._inflight is not None:
-            self.collect(wait=60.0)
+        inflight = self._inflight
+        if inflight is not None and (self._link.is_stalled or not self._await(inflight, raise_errors)):
+            if raise_errors:
+                raise StoreUnavailableError("the range store has not answered an earlier write; nothing was sent")
+            return None
+        if inflight is not None:
+            self._apply(inflight, raise_errors=False)
         updates = self._updates(keys)
         if not updates:
             return None
@@ -313,6 +368,8 @@ class RangeCommitter:
         return self._writer
 
     def close(self, timeout: float = 10.0) -> None:
+        if self._link.is_stalled:
+            timeout = 0.0  # a write hangs on a store that stopped answering: waiting more cannot help
         if self._inflight is not None:
             self.collect(wait=timeout)
         if self._writer is not None:

@@ -218,6 +218,23 @@ def _check_timeout(name: str, value: int) -> int:
     return value
 
 
+def _pg_socket_args(lock_timeout_ms: int, statement_timeout_ms: int) -> dict[str, int]:
+    """libpq's own bounds on a network that stops answering (the server's timeouts never see it).
+
+    TCP keepalives find a dead peer of an idle connection; ``tcp_user_timeout`` ends a connection
+    whose sent bytes go unacknowledged for longer than a healthy transaction may take.
+    """
+    healthy_ms = lock_timeout_ms + (statement_timeout_ms or 30_000) + _PG_CONNECT_TIMEOUT_S * 1000
+    return {
+        "connect_timeout": _PG_CONNECT_TIMEOUT_S,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 3,
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(healthy_ms),
+    }
+
+
 def build_engine(
     url: str | URL,
     *,
@@ -251,7 +268,7 @@ def build_engine(
                 _create_private_file(path, mask_url(parsed))
             kwargs["connect_args"] = {"timeout": lock_timeout_ms / 1000.0}
     elif backend == "postgresql":
-        kwargs["connect_args"] = {"connect_timeout": _PG_CONNECT_TIMEOUT_S}
+        kwargs["connect_args"] = _pg_socket_args(lock_timeout_ms, statement_timeout_ms)
     try:
         engine = create_engine(parsed, **kwargs)
     except (ArgumentError, NoSuchModuleError, ImportError, ValueError, TypeError) as exc:
