@@ -33,8 +33,9 @@ PAGES = sorted(DOCS.rglob("*.md"))
 MAX_PAGE_LINES = 400
 MAX_README_LINES = 150
 
-#: pages another change is rewriting; held to the history and length rules once they comply
-PENDING_REWRITE = {"spark.md"}
+#: a page (and its result files) another change is rewriting: held to the history and length rules
+#: once it complies, skipped (with the reason) until then
+PENDING_REWRITE = {"spark.md", "spark-bench"}
 
 
 def _rel(path: Path) -> str:
@@ -236,11 +237,9 @@ def test_no_page_is_a_log_or_too_long(page: Path) -> None:
 
 
 def test_no_file_under_docs_is_named_after_a_session() -> None:
-    named = [
-        p.relative_to(DOCS).as_posix()
-        for p in DOCS.rglob("*")
-        if _SESSION.search(p.name) and p.relative_to(DOCS).parts[0] not in ("spark-bench",)
-    ]
+    named = [p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if _SESSION.search(p.name)]
+    if named and all(name.split("/")[0] in PENDING_REWRITE for name in named):
+        pytest.skip(f"only files of pages being rewritten elsewhere: {named[:3]}")
     assert not named, f"result files named after a session: {named}"
 
 
@@ -249,3 +248,11 @@ def test_the_readme_shows_install_quickstart_the_two_commands_and_the_picture() 
     assert len(text.splitlines()) <= MAX_README_LINES
     for needed in ("pip install", '"enable.parallel.rebalance": True', "make demo", "make test", "docs/img/demo.png"):
         assert needed in text, needed
+
+
+def test_every_relative_link_of_the_readme_and_changelog_exists() -> None:
+    # the site build checks the pages' links (mkdocs --strict); these two files live outside docs/
+    for path in (README, REPO / "CHANGELOG.md"):
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _text(path)):
+            if "://" not in target:
+                assert (REPO / target).exists(), f"{path.name} links to {target}, which does not exist"

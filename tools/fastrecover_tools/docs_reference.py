@@ -79,11 +79,15 @@ def config_keys_table() -> str:
         "| key | accepts | default | what it does |",
         "| --- | --- | --- | --- |",
     ]
-    for key in config.ENABLE_KEYS:
-        rows.append(
-            f"| `{key}` | bool | `False` | The KIP-333 switch (`enable_parallel_rebalance` is the Python "
-            "spelling, also accepted as a keyword argument). Off: the object is a plain `confluent_kafka.Consumer`. |"
-        )
+    switch, python_spelling = config.ENABLE_KEYS
+    rows.append(
+        f"| `{switch}` | bool | `False` | The KIP-333 switch. Off, the object is a `confluent_kafka.Consumer` "
+        "whose methods are confluent_kafka's own: no store, no child consumer, no extra broker call. |"
+    )
+    rows.append(
+        f"| `{python_spelling}` | bool | `False` | The Python spelling of the same switch, as a dict key or a "
+        "keyword argument. |"
+    )
     for key in sorted(config.KEYS):
         spec = config.KEYS[key]
         rows.append(f"| `{key}` | {_accepted(spec.parse)} | {_default(key, spec.default)} | {_cell(spec.doc)} |")
