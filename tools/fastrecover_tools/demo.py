@@ -249,8 +249,8 @@ def run_story(
                 wait_for(caught_up, deadline.remaining(), 0.5, "the restarted consumer to catch up with the lag")
                 late = demo_report.caught_up_s(ledger, restart_wall)
                 say(
-                    f"{demo_report.CAUGHT_UP}: {'-' if late is None else f'{late:.2f} s'} after the restart "
-                    "(confirmed by 2 s with none later)"
+                    f"caught up at {'-' if late is None else f'{late:.2f} s'}: {demo_report.CAUGHT_UP_MEANING} "
+                    "(none since for 2 s)"
                 )
                 if parallel:
                     # production goes on meanwhile, so the worker keeps committing and the last backfill commit lands

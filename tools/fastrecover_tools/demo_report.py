@@ -21,7 +21,8 @@ RESTARTED = "second"
 #: delivery comes any more, the consumer has caught up.
 LATE_MS = 1000
 #: The one definition of "caught up" the demo prints, in its progress lines and in its table.
-CAUGHT_UP = f"caught up: the last record delivered more than {LATE_MS / 1000:g} s after it was produced"
+CAUGHT_UP_MEANING = f"the last record delivered more than {LATE_MS / 1000:g} s after it was produced"
+CAUGHT_UP = f"caught up: {CAUGHT_UP_MEANING}"
 
 
 @dataclass
