@@ -70,6 +70,7 @@ def test_every_reference_marker_is_on_its_page_and_expands() -> None:
         "config-keys": DOCS / "configuration.md",
         "cli": DOCS / "reference" / "cli.md",
         "spark-options": DOCS / "reference" / "spark-options.md",
+        "spark-kafka-keys": DOCS / "reference" / "spark-options.md",
     }
     assert set(where) == set(ref.TABLES)
     for name, page in where.items():
@@ -184,6 +185,13 @@ def _options_the_code_reads() -> set[str]:
     client = _text(REPO / "fastrecover" / "spark" / "client_conf.py")
     read |= {"kafka." + key for key in re.findall(r'conf\.get\("([a-z.]+)"\)', client)}
     return read
+
+
+def test_the_refused_kafka_keys_table_names_exactly_the_refused_keys() -> None:
+    from fastrecover.spark.client_conf import DANGEROUS_KAFKA_KEYS, OWNED_KAFKA_KEYS
+
+    expected = {f"kafka.{key}" for key in DANGEROUS_KAFKA_KEYS | OWNED_KAFKA_KEYS}
+    assert _first_column(ref.spark_kafka_keys_table()) == expected
 
 
 def test_the_spark_options_table_names_exactly_option_docs_and_what_the_code_reads() -> None:

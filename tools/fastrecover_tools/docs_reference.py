@@ -214,6 +214,22 @@ def spark_options_table() -> str:
     return "\n".join(rows)
 
 
+def spark_kafka_keys_table() -> str:
+    """The ``kafka.*`` client properties the Spark sources refuse, from ``fastrecover.spark.client_conf``."""
+    from fastrecover.spark.client_conf import DANGEROUS_KAFKA_KEYS, OWNED_KAFKA_KEYS
+
+    rows = ["| option | why it is refused |", "| --- | --- |"]
+    rows += [
+        f"| `kafka.{key}` | the source sets it itself: it never joins a group nor commits, and a missing offset "
+        "is an error, never a silent reset |"
+        for key in sorted(OWNED_KAFKA_KEYS)
+    ]
+    rows += [
+        f"| `kafka.{key}` | it makes the client load code or run a command |" for key in sorted(DANGEROUS_KAFKA_KEYS)
+    ]
+    return "\n".join(rows)
+
+
 # -- the markers ----------------------------------------------------------------------------------
 
 #: marker name -> table builder
@@ -221,6 +237,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "config-keys": config_keys_table,
     "cli": cli_table,
     "spark-options": spark_options_table,
+    "spark-kafka-keys": spark_kafka_keys_table,
 }
 
 MARKER = re.compile(r"^<!-- reference:([a-z-]+) -->$", re.MULTILINE)
