@@ -5,7 +5,8 @@
 #   make demo     fastrecover demo $(DEMO_ARGS)
 #   make bench    fastrecover bench $(BENCH_ARGS)
 #   make broker   a Kafka broker for manual work (Ctrl-C stops it)
-#   make lint     ruff check, ruff format --check, mypy (strict on fastrecover and the tools; tests checked too)
+#   make lint     ruff check, ruff format --check, mypy (strict on fastrecover and the tools; tests checked too), the docs site built --strict
+#   make docs     the documentation site into site/ (--strict); `.venv/bin/mkdocs serve` previews it
 #   make clean    caches and build output; `make distclean` also removes .venv
 #
 # The install step reruns only when pyproject.toml, tools/pyproject.toml or the C extension (hatch_build.py,
@@ -27,7 +28,7 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 BROKER_ARGS ?=
 
-.PHONY: help venv test demo bench broker lint clean distclean
+.PHONY: help venv test demo bench broker lint docs clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -62,9 +63,15 @@ lint: venv
 	$(BIN)/ruff check fastrecover tools tests
 	$(BIN)/ruff format --check fastrecover tools tests
 	$(BIN)/mypy
+	$(MAKE) --no-print-directory docs
+
+# --strict: a broken link, a page missing from the nav or an unknown reference marker fails the build.
+# The reference tables come from the code (tools/docs_hooks.py); tests/unit/test_docs_reference.py checks them.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 clean:
-	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf build dist site .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	rm -f fastrecover/_fastpoll*.so fastrecover/_fastpoll*.pyd $(STAMP)  # the in-place extension: the next make rebuilds it
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
