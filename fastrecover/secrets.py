@@ -60,9 +60,12 @@ _SECRET_PARAM_WORDS = (
     "api-key",
 )
 
-#: One ``name=value`` of a query string (``?``, ``&`` or ``;`` before it) whose name holds a secret word.
+#: One ``name=value`` of a query string (``?``, ``&`` or ``;`` before it) whose name holds a secret word or
+#: ends with ``pass`` (``pass=``, ``db_pass=``; only at the end, so that ``passive=`` stays readable).
 _SECRET_PARAM = re.compile(
-    r"[?&;](?P<name>[^=&;#]*(?:" + "|".join(map(re.escape, _SECRET_PARAM_WORDS)) + r")[^=&;#]*)=(?P<value>[^&;#]*)",
+    r"[?&;](?P<name>[^=&;#]*(?:(?:"
+    + "|".join(map(re.escape, _SECRET_PARAM_WORDS))
+    + r")[^=&;#]*|pass))=(?P<value>[^&;#]*)",
     re.IGNORECASE,
 )
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")

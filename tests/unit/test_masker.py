@@ -156,6 +156,7 @@ def test_spark_no_longer_leaks_the_end_of_a_password_holding_an_at() -> None:
         # ambiguous: an '@' after the query may end the user-info, so all before it is hidden
         ("postgresql://u:pw@h/db?x=a@b", "postgresql://u:***@b"),
         ("no-scheme?password=hunter9", "no-scheme?password=***"),
+        ("mysql://u@h/db?pass=a&db_pass=b&passive=1", "mysql://u@h/db?pass=***&db_pass=***&passive=1"),
     ],
 )
 def test_examples(url: str, masked: str) -> None:
