@@ -2,6 +2,10 @@
 #
 #   make venv     .venv with the library and the tools (tools/, fastrecover-tools), both editable, and the dev, postgres, spark extras
 #   make test     real PostgreSQL (scripts/ensure-postgres.sh) + real Kafka, then pytest $(PYTEST_ARGS)
+#   make check    the fast tier: every test that needs no broker, no PostgreSQL server and no Spark, in under
+#                 3 minutes (pytest -m "not integration" $(PYTEST_ARGS); SQLite files and subprocesses included).
+#                 tests/conftest.py marks each test broker/postgres/spark, and then integration, from the fixtures
+#                 it uses; `make test` runs both tiers
 #   make demo     fastrecover demo $(DEMO_ARGS)
 #   make bench    fastrecover bench $(BENCH_ARGS)
 #   make broker   a Kafka broker for manual work (Ctrl-C stops it)
@@ -28,7 +32,7 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 BROKER_ARGS ?=
 
-.PHONY: help venv test demo bench broker lint docs clean distclean
+.PHONY: help venv test check demo bench broker lint docs clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -49,6 +53,11 @@ test: venv
 	pg_env="$$(bash scripts/ensure-postgres.sh)"; \
 	eval "$$pg_env"; \
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# No ensure-postgres.sh and no broker: the fast tier must not need them (tests/conftest.py fails a test that
+# sets up one, and refuses to start their processes).
+check: venv
+	$(BIN)/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
 demo: venv
 	$(BIN)/fastrecover demo $(DEMO_ARGS)

@@ -22,7 +22,8 @@ from typing import Any
 from fastrecover import __version__, status
 from fastrecover.config import MIRROR_KEY, parse_mirror_key
 from fastrecover.errors import ConfigError, FastRecoverError
-from fastrecover.store import HEAD_REVISION, mask_url, open_store, upgrade
+from fastrecover.secrets import mask_url
+from fastrecover.store import HEAD_REVISION, open_store, upgrade
 from fastrecover.store.models import NAME_MAX
 from fastrecover.tables import printable
 from fastrecover.tokens import Token

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastrecover.errors import ConfigError
+from fastrecover.secrets import is_secret_key as is_secret_key  # the one masker, shared with the store and Spark
+from fastrecover.secrets import mask_config as mask_config
+from fastrecover.secrets import mask_url as _masked_url
 
 ENABLE_KEYS = ("enable.parallel.rebalance", "enable_parallel_rebalance")
 PREFIX = "fastrecover."
@@ -82,35 +85,6 @@ def _store_url(key: str, value: object) -> str:
             shown = _masked_url(value.decode("utf-8", "replace")).encode("utf-8")
         raise ConfigError(f"{key}: expected an SQLAlchemy URL such as sqlite:///fastrecover.db, got {shown!r}")
     return value
-
-
-def _masked_url(url: str) -> str:
-    from fastrecover.store.engine import mask_url  # imported late: it pulls in SQLAlchemy
-
-    return mask_url(url)
-
-
-#: Words that make a configuration key's value a secret in repr() and logs.
-_SECRET_KEY_WORDS = ("password", "secret", "token", "credential", "key.pem", "mirror.key", "sasl.jaas")
-
-
-def is_secret_key(key: str) -> bool:
-    """True for keys whose values must never be printed (sasl.password, ssl.key.password, ...)."""
-    lowered = key.lower()
-    return any(word in lowered for word in _SECRET_KEY_WORDS)
-
-
-def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` with secret values replaced by ``***`` and URLs masked, for logs and repr."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if is_secret_key(str(key)):
-            out[key] = "***"
-        elif isinstance(value, str) and "://" in value:
-            out[key] = _masked_url(value)
-        else:
-            out[key] = value
-    return out
 
 
 def _mirror_key(key: str, value: object) -> bytes:

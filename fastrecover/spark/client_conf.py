@@ -10,12 +10,13 @@ the options are shown.  Pure: no client is created here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from fastrecover import secrets
 from fastrecover.errors import ConfigError
+from fastrecover.secrets import is_secret_key as is_secret_key
 
 __all__ = [
     "DANGEROUS_KAFKA_KEYS",
@@ -54,8 +55,6 @@ DANGEROUS_KAFKA_KEYS = frozenset(
 OWNED_KAFKA_KEYS = frozenset(
     {"group.id", "enable.auto.commit", "auto.offset.reset", "enable.auto.offset.store", "enable.partition.eof"}
 )
-#: Substrings of option keys whose values are secrets (masked in repr and messages).
-_SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential", "private.key", "keystore.key")
 
 
 def kafka_conf(options: Mapping[str, str]) -> dict[str, str]:
@@ -77,25 +76,14 @@ def kafka_conf(options: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def is_secret_key(key: str) -> bool:
-    """Whether an option's value is a secret (never printed, logged or repr'd)."""
-    low = key.lower()
-    return any(marker in low for marker in _SECRET_MARKERS)
-
-
-_URL_PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:)[^@]*@")
-_QUERY_SECRET = re.compile(r"(?P<head>[?&][^=&]*(?:password|secret|token)[^=&]*=)[^&]*", re.IGNORECASE)
-
-
 def mask_secrets_in_url(url: str) -> str:
-    """``url`` with its password (user info and query string) replaced by ``***``."""
-    masked = _URL_PASSWORD.sub(lambda m: m.group("head") + "***@", url)
-    return _QUERY_SECRET.sub(lambda m: m.group("head") + "***", masked)
+    """``url`` with its password (user info and query string) replaced by ``***``: the shared masker's."""
+    return secrets.mask_url(url)
 
 
 def masked_kafka(conf: Mapping[str, str]) -> dict[str, str]:
-    """The Kafka configuration with secret values replaced by ``***``."""
-    return {k: ("***" if is_secret_key(k) else v) for k, v in conf.items()}
+    """The Kafka configuration with secret values replaced by ``***`` (and URL values masked)."""
+    return secrets.mask_config(conf)
 
 
 class MaskedRepr:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import sqlite3
 import sys
 import time
@@ -30,6 +29,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import StaticPool
 
+from fastrecover import secrets
 from fastrecover.errors import ConfigError, StoreCorruptError, StoreError, StoreUnavailableError
 
 log = logging.getLogger("fastrecover.store")
@@ -46,46 +46,15 @@ DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
 _CORRUPT_MARKERS = ("file is not a database", "database disk image is malformed", "file is encrypted")
 
 
-#: Query-string keys whose values are secrets (matched case-insensitively, anywhere in the key).
-_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")
-_SECRET_QUERY = re.compile(
-    r"([?&;])([^=&;#]*(?:" + "|".join(_SECRET_WORDS) + r")[^=&;#]*)=([^&;#]*)",
-    re.IGNORECASE,
-)
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)(.*)$", re.DOTALL)
-_MASK = "***"
-
-
 def mask_url(url: str | URL) -> str:
     """The URL with every secret replaced by ``***``, safe for messages, logs and files.
 
-    Works on the text, not on a parse, so a URL that SQLAlchemy would mis-parse
-    (a password holding ``@`` or ``/``) or not parse at all leaks nothing: the
-    user-info ends at the *last* ``@`` and everything after its first ``:`` is
-    masked, and so is the value of every query parameter whose name contains
-    password, secret or token (``?password=``, ``?sslpassword=``, ...).  When in
-    doubt it masks too much, never too little.
+    The rules are :func:`fastrecover.secrets.mask_url`'s, shared with the
+    configuration, Spark and the tools; this adds SQLAlchemy's ``URL`` objects,
+    rendered with their password so that the one masker sees the real text.
     """
     text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
-    match = _SCHEME.match(text)
-    if match is None:
-        # Not a URL at all: still hide anything that looks like key=secret or user:secret@.
-        # Anything after a ':' may be a password (user:secret, with or without a host after it).
-        text = _SECRET_QUERY.sub(rf"\1\2={_MASK}", "?" + text)[1:]
-        return text.split(":", 1)[0] + ":" + _MASK if ":" in text else text
-    scheme, rest = match.groups()
-    # The user-info ends at the last '@'; a URL SQLAlchemy mis-parsed (an unescaped '@' in the
-    # password) renders the rest of the password with the real '@' escaped as %40, so that counts too.
-    at, sep = rest.rfind("@"), "@"
-    escaped = rest.upper().rfind("%40")
-    if escaped > at:
-        at, sep = escaped, rest[escaped : escaped + 3]
-    if at >= 0:
-        userinfo, rest = rest[:at], rest[at + len(sep) :]
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":" + _MASK
-        rest = userinfo + sep + rest
-    return scheme + _SECRET_QUERY.sub(rf"\1\2={_MASK}", rest)
+    return secrets.mask_url(text)
 
 
 def has_secret(url: str | URL) -> bool:
@@ -393,7 +362,7 @@ def url_for_child(url: str) -> tuple[str, dict[str, str]]:
         return mask_url(url), env
     if parsed.password is not None and parsed.get_backend_name() == "postgresql":
         env["PGPASSWORD"] = str(parsed.password)
-    query = {k: v for k, v in parsed.query.items() if not _SECRET_QUERY.match(f"?{k}=")}
+    query = {k: v for k, v in parsed.query.items() if not secrets.is_secret_param(k)}
     # URL.set(password=None) keeps the old password: build the URL anew.
     safe = URL.create(
         parsed.drivername,

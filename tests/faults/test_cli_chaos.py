@@ -19,6 +19,7 @@ pytestmark = pytest.mark.faults
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.broker  # asked for at run time, by the name in the parameter (tests/conftest.py: tiers)
 @pytest.mark.parametrize(("group_protocol", "broker"), [("classic", "bootstrap"), ("consumer", "kip848_bootstrap")])
 def test_chaos_command_prints_the_table_and_writes_the_verdict(
     group_protocol: str, broker: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -41,8 +41,6 @@ from tests.integration.dropin import (
 )
 from tests.integration.helpers import offset_of
 
-pytestmark = pytest.mark.integration
-
 COMMITTED = 100
 LOG_END = 3000
 #: every behaviour is run by plain confluent_kafka, fastrecover with the mode off (which must be plain

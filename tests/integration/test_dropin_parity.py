@@ -34,8 +34,6 @@ from tests.integration.dropin import (
     outcome,
 )
 
-pytestmark = pytest.mark.integration
-
 # ---------------------------------------------------------------------------------------------
 # argument checks: the exact exception (or value) plain gives, before anything is taken
 

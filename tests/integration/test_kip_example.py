@@ -65,6 +65,7 @@ def _poll_until(consumer: Consumer, sink: list[Message], done: Any, timeout: flo
     wait_for(step, timeout, interval=0.001, what=what)
 
 
+@pytest.mark.broker  # asked for at run time, per protocol (tests/conftest.py: tiers)
 @pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
 def test_kip_worked_example(
     group_protocol: str, unique_group: str, store_url: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -27,8 +27,22 @@ from fastrecover_tools.testing.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 30.0
 
-# Runs in the child: become the terminal's controlling process (after setsid), then exec the CLI.
-_SPAWN = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.executable, sys.argv[1:])"
+# Both tests stop the command with SIGINT, so the child sets SIGINT's disposition itself instead of
+# inheriting the runner's: a suite started in the background by a non-interactive shell runs with SIGINT
+# ignored, an ignored signal stays ignored across exec, and Python then installs no KeyboardInterrupt
+# handler, so the command would never stop.  The default disposition before exec is what a user's
+# shell gives a foreground command; Python turns it into KeyboardInterrupt.  (The CLI itself keeps an
+# inherited SIG_IGN on purpose: that is how a shell keeps a Ctrl-C meant for the foreground job away
+# from the jobs it started with `&`.)
+_DEFAULT_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)"
+# Runs in the child: SIGINT's default, then become the terminal's controlling process (after setsid), then
+# exec the CLI.
+_SPAWN = (
+    f"{_DEFAULT_SIGINT}; import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.executable, sys.argv[1:])"
+)
+# Runs in the child: SIGINT's default, then exec the CLI.
+_WITH_DEFAULT_SIGINT = f"{_DEFAULT_SIGINT}; import os, sys; os.execv(sys.executable, sys.argv[1:])"
 
 
 class _Terminal:
@@ -153,8 +167,9 @@ def test_watch_without_a_terminal_prints_successive_tables(tmp_path: Path) -> No
     with open_store(url) as store:
         token = store.create_range("grp", "orders", 0, 0, 1000, "host-1")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tools")])}
+    argv = ["-m", "fastrecover", "status", "--store-url", url, "--watch", "--interval", "0.1"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastrecover", "status", "--store-url", url, "--watch", "--interval", "0.1"],
+        [sys.executable, "-c", _WITH_DEFAULT_SIGINT, sys.executable, *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

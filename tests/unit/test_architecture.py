@@ -46,6 +46,7 @@ PURE = frozenset(
         "primary",
         "metrics",
         "tables",
+        "secrets",
         "spark.offsets",
         "spark.planning",
         "spark.client_conf",
@@ -86,10 +87,6 @@ PURE_ALLOWANCES: dict[tuple[str, str], tuple[frozenset[str], str]] = {
         frozenset({"*"}),
         "os.getcwd()/os.path.join for the default SQLite file, resolved when the config is parsed",
     ),
-    ("fastrecover.config", "fastrecover.store.engine"): (
-        frozenset({"mask_url"}),
-        "lazy, on the error path only: a bad store URL is reported with its password masked",
-    ),
 }
 
 #: Every import inside a function body: (importing module, imported module). Most of the Spark
@@ -100,7 +97,6 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),
         ("fastrecover.committer", "fastrecover.store"),  # open_store pulls in SQLAlchemy: only with the mode on
-        ("fastrecover.config", "fastrecover.store.engine"),
         ("fastrecover.spark", "fastrecover.spark.ranges"),
         ("fastrecover.spark", "fastrecover.spark.source"),
         ("fastrecover.spark", "importlib"),

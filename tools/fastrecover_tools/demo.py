@@ -36,8 +36,9 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
 from fastrecover.errors import ConfigError, FastRecoverError
+from fastrecover.secrets import mask_url
 from fastrecover.store import open_store
-from fastrecover.store.sql import mask_url, url_for_child, validate_url
+from fastrecover.store.sql import url_for_child, validate_url
 from fastrecover_tools import demo_report
 from fastrecover_tools.demo_report import Ledger, StoryResult
 from fastrecover_tools.testing.broker import (

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastrecover.store.engine import mask_url
+from fastrecover.secrets import mask_url
 from fastrecover_tools.testing.worker import APIS, STALL_POINTS
 
 log = logging.getLogger("fastrecover_tools.chaos")

@@ -44,8 +44,9 @@ from confluent_kafka import KafkaException, TopicPartition
 import fastrecover
 import fastrecover_tools
 from fastrecover.errors import StoreError
+from fastrecover.secrets import mask_url
 from fastrecover.store import open_store
-from fastrecover.store.engine import mask_url, url_for_child
+from fastrecover.store.engine import url_for_child
 from fastrecover.tokens import Token
 from fastrecover_tools.chaos.checker import (
     Incarnation,
