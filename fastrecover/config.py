@@ -155,7 +155,9 @@ KEYS: dict[str, _Key] = {
         None, _owner, "Owner name written on claimed tokens (default: host, pid and a random suffix)."
     ),
     "fastrecover.revoke.timeout.ms": _Key(
-        10_000, _int_parser(0, 600_000), "How long a revoke waits for the child to let go of a partition."
+        10_000,
+        _int_parser(0, 600_000),
+        "Accepted for compatibility and not read: a revoke takes the partition off the child at once.",
     ),
     "fastrecover.store.retry.backoff.ms": _Key(
         1_000, _int_parser(0, 600_000), "Wait before retrying a failed backfill commit to the store."
