@@ -65,6 +65,23 @@ JOIN_SLICE_S = 0.01
 _JOIN_WAIT_S = 60.0
 
 
+def _advise_static_membership(conf: dict[str, Any]) -> None:
+    """Say once why a crash will cost a session timeout, and what to set instead.
+
+    Fast recovery starts when the restarted process gets its partitions back. A dynamic member of
+    a classic group gets them only once the dead member's session expires; a static one at once.
+    """
+    if conf.get("group.instance.id") or str(conf.get("group.protocol", "classic")).lower() != "classic":
+        return
+    log.warning(
+        "group.instance.id is not set: after a crash, the restarted process gets its partitions back only "
+        "when the dead member's session expires (session.timeout.ms=%s ms) and fresh records wait that long; "
+        "give every member a stable group.instance.id (a host name, a StatefulSet ordinal) so that a restart "
+        "takes its partitions back at once",
+        conf.get("session.timeout.ms", 45000),
+    )
+
+
 class ModeState(StateBase):  # type: ignore[misc,valid-type]
     """The mode-on state of one consumer (``app`` is the application's object)."""
 
@@ -87,6 +104,7 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             settings.store_statement_timeout_ms,
         )
         self.link.get(force=True)
+        _advise_static_membership(conf)
         self.child = ChildReader(
             child_config(conf, settings), batch_size=settings.batch_size, broker_timeout_s=settings.recovery_timeout_s
         )

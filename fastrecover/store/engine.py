@@ -13,6 +13,7 @@ import os
 import sqlite3
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -181,6 +182,18 @@ def sqlite_file(url: URL) -> str | None:
     return url.database
 
 
+def _uri_file(url: URL) -> str | None:
+    """The file a SQLite URI filename (``file:/path?uri=true``) opens read-write; None for memory or read-only."""
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or not database.startswith("file:"):
+        return None
+    parts = urllib.parse.urlsplit(database)
+    mode = urllib.parse.parse_qs(parts.query).get("mode", ["rwc"])[-1]
+    if parts.netloc not in ("", "localhost") or mode not in ("rw", "rwc") or not parts.path:
+        return None
+    return urllib.parse.unquote(parts.path)
+
+
 def _check_timeout(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3_600_000:
         raise ConfigError(f"{name}: expected milliseconds in [0, 3600000], got {value!r}")
@@ -235,6 +248,8 @@ def build_engine(
                 parsed = _read_only_url(path)
             elif path is not None and not os.path.exists(path):
                 _create_private_file(path, mask_url(parsed))
+            elif path is None and (uri_path := _uri_file(parsed)) is not None and not os.path.exists(uri_path):
+                _create_private_file(uri_path, mask_url(parsed))  # a URI filename gets the same 0600 file
             kwargs["connect_args"] = {"timeout": lock_timeout_ms / 1000.0}
     elif backend == "postgresql":
         kwargs["connect_args"] = _pg_socket_args(lock_timeout_ms, statement_timeout_ms)
