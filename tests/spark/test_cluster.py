@@ -35,6 +35,7 @@ from fastrecover_tools.testing.waiting import wait_for
 from tests.fixtures.broker import TopicFactory
 from tests.integration.helpers import offset_of
 from tests.spark.conftest import executor_count, wait_executors
+from tests.spark.helpers import Sink, start, stream, wait_rows, wait_waiting_for_data
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.spark_cluster]
 
@@ -394,6 +395,48 @@ def test_a_worker_killed_mid_streaming_batch_loses_nothing(
     assert len(_started(gate)) > at_kill
     keys = warm.committed_keys(checkpoint) + sink.committed_keys(checkpoint)
     assert sorted(keys) == _every_offset(_log_end(bootstrap, topic, 2)) and max(keys.values()) == 1
+
+
+# ------------------------------------------------------------------ format("fastrecover")
+
+
+def test_the_streaming_source_on_the_cluster_delivers_fresh_records_first_then_the_whole_lag(
+    cluster_spark: SparkSession, bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """format("fastrecover"): plans in the driver's Python process, records read by Python workers of the
+    executors (the pickled reader and its options, the per-worker consumer cache), the store (SQLite on a path
+    every process shares) written by the driver only."""
+    store_url = f"sqlite:///{tmp_path / 'fastrecover.db'}"
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = {
+        "startingOffsets": "earliest",
+        "fastrecover__backfill__min__offsets": 100,
+        "maxBackfillOffsetsPerTrigger": 1500,
+        "backfillTasks": 2,
+        "freshWaitMs": 60_000,
+    }
+    produce(bootstrap, topic, [Record(f"early-{i}", partition=i % 2) for i in range(20)])
+    before = Sink()
+    query = start(stream(cluster_spark, bootstrap, topic, store_url, "cluster", **options), before, checkpoint)
+    wait_rows(before, query, 20)
+    query.processAllAvailable()
+    query.stop()
+    produce(bootstrap, topic, [Record(f"lag-{i}", partition=i % 2) for i in range(3000)])
+    after = Sink()
+    query = start(stream(cluster_spark, bootstrap, topic, store_url, "cluster", **options), after, checkpoint)
+    try:
+        wait_waiting_for_data(query)
+        produce(bootstrap, topic, [Record(f"fresh-{i}", partition=i % 2) for i in range(10)])
+        wait_rows(after, query, 3010)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    batches = [rows for _, rows in after.batches() if rows]
+    assert batches[0] and all(r.value.startswith("fresh-") and not r.backfill for r in batches[0])
+    assert all(r.backfill for rows in batches for r in rows if r.value.startswith("lag-"))
+    rows = before.rows() + after.rows()
+    assert sorted((r.partition, r.offset) for r in rows) == _every_offset(_log_end(bootstrap, topic, 2))
 
 
 # ------------------------------------------------------------------ secrets
