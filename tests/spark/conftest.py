@@ -93,7 +93,7 @@ def spark(spark_sessions: SparkSessions) -> SparkSession:
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory, spark_sessions: SparkSessions) -> Iterator[SparkCluster]:
     """A Spark standalone cluster: a master and 2 workers (1 core, 1 GiB each), each its own JVM, on 127.0.0.1.
 
     Started once per test session; a cluster that cannot start fails the tests that need it (never a skip).
@@ -105,6 +105,8 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
         cluster.stop()
         pytest.fail(f"the Spark standalone cluster did not start: {exc}", pytrace=False)
     yield cluster
+    if spark_sessions.current is not None and spark_sessions.current[0] == cluster.master_url:
+        spark_sessions.stop()  # the driver first, so it does not watch its executors vanish
     cluster.stop()
 
 
