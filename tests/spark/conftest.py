@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyspark  # noqa: F401  (fail loudly, not skip, when PySpark is missing)
 import pytest
@@ -108,6 +109,19 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory, spark_sessions: Spar
     if spark_sessions.current is not None and spark_sessions.current[0] == cluster.master_url:
         spark_sessions.stop()  # the driver first, so it does not watch its executors vanish
     cluster.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failed test that ran on the cluster carries the tails of the master's and workers' logs, and says
+    where the executors' logs are."""
+    outcome = yield
+    report = outcome.get_result()
+    cluster = getattr(item, "funcargs", {}).get("spark_cluster")
+    if report.failed and isinstance(cluster, SparkCluster):
+        report.sections.append(
+            ("spark cluster", f"{cluster.describe()}\nexecutors' logs under {cluster.root}\n{cluster.log_tails()}")
+        )
 
 
 @pytest.fixture(scope="module")
