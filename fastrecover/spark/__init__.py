@@ -3,8 +3,8 @@
 * ``format("fastrecover")``: a Structured Streaming Kafka source that, restarted
   after downtime, delivers fresh records first and backfills the lag in
   parallel tasks (:mod:`fastrecover.spark.source`).
-* :func:`start_stream`: the same planning, with each batch's records read by
-  Spark's JVM Kafka reader (the fast path; needs spark-sql-kafka-0-10).
+* :func:`start_stream` (deprecated, to be removed): the same planning, with each
+  batch's records read by Spark's JVM Kafka reader; :func:`start_kafka_stream` replaces it.
 * :func:`start_kafka_stream`: Spark's own Kafka source reads the live records;
   after a restart the driver jumps the checkpoint to the log end and each later
   batch carries a chunk of the lag (no Python planning process: Spark's own

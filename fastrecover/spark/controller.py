@@ -224,6 +224,15 @@ class _Journal:
         if pieces and batch_id not in self.chunks:
             self._files.write(f"{_CHUNKS}/{batch_id}", render_journal(pieces), replace=True)
             self.chunks[batch_id] = pieces
+            # Progress of the drain, one line per chunk: what this batch reads and what the journal still owes.
+            log.info(
+                "%s: batch %d reads %d backlog offsets in %d range(s); %d still owed after it",
+                self._files.location,
+                batch_id,
+                sum(map(len, pieces)),
+                len(pieces),
+                self.owed(),
+            )
         return pieces
 
     def owed(self) -> int:

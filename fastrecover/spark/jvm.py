@@ -1,4 +1,5 @@
-"""Fast recovery with records read by Spark's JVM Kafka reader: :func:`start_stream`.
+"""Fast recovery with records read by Spark's JVM Kafka reader: :func:`start_stream` (deprecated: use
+:func:`fastrecover.spark.start_kafka_stream`), and the batch range reads ``start_kafka_stream`` uses.
 
 ``format("fastrecover")`` plans every micro-batch (which offsets, live and
 backfill) and Spark writes that plan to the checkpoint's offset log before the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
 from typing import Any
@@ -218,12 +220,21 @@ def start_stream(
 ) -> Any:
     """Start a streaming query with fast recovery whose records Spark's JVM Kafka reader reads.
 
+    Deprecated: :func:`fastrecover.spark.start_kafka_stream` does the same with Spark's own source and
+    without a Python planning process at every start (docs/spark.md, "Which entry point").
+
     ``options`` are those of ``format("fastrecover")``; ``process(df, batch_id)``
     is called like a ``foreachBatch`` function with each batch's records (Spark's
     Kafka schema plus ``backfill``); ``trigger`` is passed to
     ``DataStreamWriter.trigger`` (default: as fast as possible).  Needs
     ``spark-sql-kafka-0-10`` on the classpath.  Returns the StreamingQuery.
     """
+    warnings.warn(
+        "fastrecover.spark.start_stream is deprecated and will be removed: use start_kafka_stream "
+        "(docs/spark.md, 'Which entry point')",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     opts = parse_source_options({str(k).lower(): str(v) for k, v in options.items()})
     if not checkpoint_location:
         raise ConfigError("start_stream needs a checkpoint_location: the offset log drives every batch's read")

@@ -34,7 +34,7 @@ QUERY_GROUP_PREFIX = "spark-query:"
 OPTION_DOCS: dict[str, tuple[str, str]] = {
     "kafka.bootstrap.servers": (
         "(required)",
-        "Kafka bootstrap servers; `kafka.*` options go to the Kafka client (see the option table below).",
+        "Kafka bootstrap servers; `kafka.*` options go to the Kafka client (librdkafka property names).",
     ),
     "subscribe": ("(one of three, stream)", "Comma-separated topics to read."),
     "subscribePattern": (

@@ -79,12 +79,14 @@ class FastRecoverRangesReader(DataSourceReader):  # type: ignore[misc]
             claim = SparkState(store).claim_open_ranges(opts.group, opts.job, opts.owner)
         finally:
             store.close()
-        tasks = chunk_tasks(claim_pieces(claim.ranges), opts.backfill_tasks)
+        pieces = claim_pieces(claim.ranges)
+        tasks = chunk_tasks(pieces, opts.backfill_tasks)
         log.info(
-            "ranges job %r on group %r: %d range(s), %d task(s)",
+            "ranges job %r on group %r: %d range(s), %d records to read, %d task(s)",
             opts.job,
             opts.group,
             len(claim.ranges),
+            sum(p.end - p.start for p in pieces),
             len(tasks),
         )
         # An empty list would make Spark plan one partition with a None value.

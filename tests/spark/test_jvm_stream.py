@@ -26,6 +26,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 LAG = 1_000_000
 
 
+def _start_stream(*args: Any, **kwargs: Any) -> Any:
+    """start_stream, which warns that it is deprecated (once per call)."""
+    with pytest.warns(DeprecationWarning, match="start_kafka_stream"):
+        return start_stream(*args, **kwargs)
+
+
 def _produce_many(bootstrap: str, topic: str, count: int, partitions: int, marker: bytes) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 500_000})
     for i in range(count):
@@ -103,7 +109,7 @@ def test_a_restart_with_a_1m_lag_reads_fresh_records_first_then_the_lag_exactly_
     }
     # The query has been running: a few records, committed.
     produce(bootstrap, topic, [Record(b"W", partition=p) for p in (0, 1) for _ in range(5)])
-    query = start_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "100 milliseconds"})
+    query = _start_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "100 milliseconds"})
     try:
         _wait_query(query, lambda: sink.seen("W") >= 10, 120, "the warm-up records")
         query.processAllAvailable()
@@ -112,7 +118,7 @@ def test_a_restart_with_a_1m_lag_reads_fresh_records_first_then_the_lag_exactly_
     before = max(sink.batches)
     # Downtime: a lag of a million records.
     _produce_many(bootstrap, topic, LAG, 2, b"L")
-    query = start_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "100 milliseconds"})
+    query = _start_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "100 milliseconds"})
     try:
         # The recovery batch waits for a record past the jump point (freshWaitMs): fresh records arrive
         # until the sink has one (those written before the planner fixed the jump point are backfill).
@@ -208,7 +214,7 @@ def test_includeheaders_and_assign_with_the_jvm_reader(
         "fastrecover.query": "jvm-headers",
         "fastrecover.backfill.min.offsets": "1000000",
     }
-    query = start_stream(spark, options, collect, str(tmp_path / "ck"), trigger={"availableNow": True})
+    query = _start_stream(spark, options, collect, str(tmp_path / "ck"), trigger={"availableNow": True})
     query.awaitTermination(180)
     assert query.exception() is None
     # Partition 1 only, from offset 2; its records are i = 1, 3, 5, 7, 9 at offsets 0..4.

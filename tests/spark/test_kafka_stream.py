@@ -121,7 +121,12 @@ def _run_until_failure(
 
 
 def test_a_restart_jumps_to_the_log_end_and_the_lag_drains_in_chunks_while_the_topic_is_idle(
-    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink
+    spark: SparkSession,
+    bootstrap: str,
+    topic_factory: Any,
+    tmp_path: Path,
+    sink: Sink,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = topic_factory(partitions=2)
     checkpoint = tmp_path / "checkpoint"
@@ -172,6 +177,17 @@ def test_a_restart_jumps_to_the_log_end_and_the_lag_drains_in_chunks_while_the_t
     ]
     assert {(r.partition, r.start, r.end) for r in ranges} == {(0, 5, 1005), (1, 5, 1005)}
     assert sum(len(c) for c in chunks) == 2000
+    # The drain's progress, a line per chunk: offsets read and still owed.
+    progress = [
+        r.getMessage().split(": ", 1)[1]
+        for r in caplog.records
+        if r.name == "fastrecover.spark" and "backlog offsets in" in r.getMessage()
+    ]
+    assert [(p.split()[3], p.rsplit(";", 1)[1].split()[0]) for p in progress] == [
+        ("700", "1300"),
+        ("700", "600"),
+        ("600", "0"),
+    ], progress
 
 
 def test_a_batch_left_uncommitted_runs_again_with_the_same_records_before_the_jump(

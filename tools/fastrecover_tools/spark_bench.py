@@ -624,6 +624,244 @@ def _result(
     }
 
 
+# ------------------------------------------------------------------ the ranges job on a cluster
+
+#: Partitions of the ranges-scaling topic: one range each, enough tasks for 2 workers.
+RANGES_PARTITIONS = 4
+RANGES_TASKS = 4
+
+
+def _produce_spread(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "lz4",
+        }
+    )
+    payload = b"R" + b"x" * 99
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=payload, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10000 == 0:
+            producer.poll(0)
+    left = producer.flush(300)
+    if left:
+        raise RuntimeError(f"{left} records undelivered")
+
+
+def _recovering_consumer(bootstrap: str, group: str, store_url: str, **extra: Any) -> Any:
+    """A fastrecover consumer of ``group`` whose committed offsets are 0: it recovers the whole topic as lag."""
+    from fastrecover import Consumer
+
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.parallel.rebalance": True,
+            "fastrecover.store.url": store_url,
+            "fastrecover.backfill.min.offsets": 10,
+            **extra,
+        }
+    )
+
+
+def _commit_zero(bootstrap: str, group: str, topic: str, partitions: int) -> None:
+    from confluent_kafka import Consumer as PlainConsumer
+    from confluent_kafka import TopicPartition
+
+    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        plain.commit(offsets=[TopicPartition(topic, p, 0) for p in range(partitions)], asynchronous=False)
+    finally:
+        plain.close()
+
+
+def _open_ranges(bootstrap: str, topic: str, group: str, store_url: str, partitions: int) -> None:
+    """A consumer of ``group`` recovers (a range per partition), then closes: the ranges stay open for a job."""
+    _commit_zero(bootstrap, group, topic, partitions)
+    consumer = _recovering_consumer(bootstrap, group, store_url, **{"fastrecover.backfill.queue.max.messages": 10})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 120
+        while len({t.partition for t, _ in consumer.backfill_progress()}) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"group {group}: the consumer opened no range on every partition in 120 s")
+            consumer.poll(0.2)
+    finally:
+        consumer.close()
+
+
+def run_child(bootstrap: str, topic: str, lag: int, store_url: str, partitions: int) -> dict[str, Any]:
+    """One fastrecover consumer recovers ``lag`` records; its child backfills them. ``records_per_s`` is over
+    the wall time from ``subscribe`` (group join and recovery included, as the ranges job's includes its
+    planning and executors' start); ``records_per_s_reading`` from the first backfilled record to the last."""
+    group = f"bench-child-{uuid.uuid4().hex[:8]}"
+    _commit_zero(bootstrap, group, topic, partitions)
+    consumer = _recovering_consumer(bootstrap, group, store_url)
+    got = 0
+    first: float | None = None
+    try:
+        began = time.monotonic()
+        consumer.subscribe([topic])
+        while got < lag:
+            if time.monotonic() - began > RUN_TIMEOUT_S:
+                raise TimeoutError(f"the child backfilled {got} of {lag} records in {RUN_TIMEOUT_S:g} s")
+            msgs = consumer.consume(1000, 0.5)
+            for msg in msgs:
+                if msg.error() is None:
+                    got += 1
+            if msgs and first is None:
+                first = time.monotonic()
+            if got and got % 50_000 < len(msgs):
+                consumer.commit(asynchronous=True)
+        end = time.monotonic()
+    finally:
+        consumer.close()
+    assert first is not None
+    seconds, reading = end - began, end - first
+    return {
+        "records": got,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(got / seconds),
+        "records_per_s_reading": round(got / reading),
+    }
+
+
+def _cluster_session(cluster: Any, cores: int) -> Any:
+    """A driver on ``cluster`` using ``cores`` executors of 1 core (one per worker)."""
+    from pyspark.sql import SparkSession
+
+    from fastrecover_tools.testing.spark_cluster import LOOPBACK, session_conf
+
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = session_conf(
+        cluster,
+        {"spark.cores.max": str(cores), "spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
+    )
+    builder = SparkSession.builder.appName(f"fastrecover-ranges-bench-{cores}")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    deadline = time.monotonic() + 120
+    while len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1 < cores:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{cores} executor(s) did not register in 120 s")
+        time.sleep(0.2)
+    return spark
+
+
+def run_ranges_job(spark: Any, bootstrap: str, topic: str, lag: int, store_url: str, partitions: int) -> dict[str, Any]:
+    """A group's ranges over ``lag`` records, drained by a ranges job (a ``noop`` write); records/s over the
+    job's wall time, planning (the claim) included. The ranges are completed after."""
+    from fastrecover.spark import complete_ranges
+
+    group = f"bench-ranges-{uuid.uuid4().hex[:8]}"
+    _open_ranges(bootstrap, topic, group, store_url, partitions)
+    began = time.monotonic()
+    df = (
+        spark.read.format("fastrecover-ranges")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("fastrecover.store.url", store_url)
+        .option("group", group)
+        .option("backfillTasks", RANGES_TASKS)
+        .load()
+    )
+    df.write.format("noop").mode("overwrite").save()
+    seconds = time.monotonic() - began
+    done = complete_ranges(store_url, group)
+    if done.fenced or done.records < lag:
+        raise RuntimeError(f"ranges job on {group}: {done.records} of {lag} records completed, fenced {done.fenced}")
+    return {"records": done.records, "seconds": round(seconds, 3), "records_per_s": round(done.records / seconds)}
+
+
+def run_ranges_scaling(
+    bootstrap: str,
+    lag: int = 10_000_000,
+    repeats: int = 3,
+    *,
+    workers: Sequence[int] = (1, 2),
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """The ranges job on a standalone cluster of 1-core workers (1 and 2 of them) against one fastrecover child
+    consumer, over the same ``lag`` records (one topic, a new group per measurement), ``repeats`` times in
+    alternating order. Returns every run and records/s medians with their spread."""
+    from fastrecover.spark import register
+    from fastrecover_tools.testing.broker import create_topic
+    from fastrecover_tools.testing.spark_cluster import SparkCluster
+
+    tmp = tempfile.TemporaryDirectory(prefix="fastrecover-ranges-bench-")
+    base = Path(tmp.name)
+    store_url = f"sqlite:///{base / 'ranges.db'}"
+    topic = f"bench-ranges-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions=RANGES_PARTITIONS)
+    log.info("ranges bench: producing %d records to %s", lag, topic)
+    _produce_spread(bootstrap, topic, lag, RANGES_PARTITIONS)
+    kinds = [f"spark-{n}-worker" for n in workers] + ["fastrecover-child"]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    failures: list[str] = []
+
+    def result() -> dict[str, Any]:
+        summary: dict[str, Any] = {k: _stats([r["records_per_s"] for r in v]) for k, v in runs.items()}
+        for stats in summary.values():
+            if stats["n"] and stats["median"]:
+                stats["spread"] = round((stats["max"] - stats["min"]) / stats["median"], 2)
+        ratios: dict[str, Any] = {}
+        if len(workers) >= 2:
+            one, two = runs[kinds[0]], runs[kinds[1]]
+            ratios["scaling"] = _stats(
+                [b["records_per_s"] / a["records_per_s"] for a, b in zip(one, two, strict=False)]
+            )
+            ratios[f"{kinds[1]}_vs_child"] = _stats(
+                [b["records_per_s"] / c["records_per_s"] for b, c in zip(two, runs["fastrecover-child"], strict=False)]
+            )
+        return {
+            "machine": machine(),
+            "lag": lag,
+            "partitions": RANGES_PARTITIONS,
+            "tasks": RANGES_TASKS,
+            "repeats": repeats,
+            "runs": runs,
+            "summary": summary,
+            "ratios": ratios,
+            "failed_attempts": failures,
+        }
+
+    cluster = SparkCluster(base / "cluster", workers=max(workers), cores=1, memory="2g")
+    cluster.start()
+    try:
+        for rep in range(repeats):
+            order = kinds if rep % 2 == 0 else list(reversed(kinds))
+            for kind in order:
+                log.info("ranges bench: repeat %d, %s", rep + 1, kind)
+                if kind == "fastrecover-child":
+                    runs[kind].append(run_child(bootstrap, topic, lag, store_url, RANGES_PARTITIONS))
+                else:
+                    spark = _cluster_session(cluster, int(kind.split("-")[1]))
+                    try:
+                        register(spark)
+                        runs[kind].append(run_ranges_job(spark, bootstrap, topic, lag, store_url, RANGES_PARTITIONS))
+                    finally:
+                        spark.stop()
+                log.info("ranges bench: %s", runs[kind][-1])
+                if progress is not None:
+                    progress(result())
+    finally:
+        cluster.stop()
+        tmp.cleanup()
+    return result()
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The summary as a Markdown table (medians, with min-max; ratios paired per round with spark-kafka)."""
     lines = [
@@ -654,6 +892,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sources", default=",".join(SOURCES), help="comma-separated: " + ", ".join(SOURCES))
     parser.add_argument("--steady", type=int, default=0, help="records of the steady-state scenario (0: none)")
     parser.add_argument("--json", help="write the full result here")
+    parser.add_argument(
+        "--ranges-scaling",
+        action="store_true",
+        help="instead: the ranges job on a local standalone cluster, 1 and 2 workers of 1 core, against one "
+        "fastrecover child consumer (records/s)",
+    )
+    parser.add_argument("--ranges-lag", type=int, default=10_000_000, help="records of the --ranges-scaling lag")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("py4j", "alembic", "fastrecover.store"):
@@ -667,6 +912,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     def save(partial: dict[str, Any]) -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(partial, indent=2))
+
+    if args.ranges_scaling:
+        scaling = run_ranges_scaling(args.bootstrap, args.ranges_lag, args.repeats, progress=save)
+        save(scaling)
+        print(json.dumps({"summary": scaling["summary"], "ratios": scaling["ratios"]}, indent=2))
+        return 0
 
     result = run_spark_bench(
         args.bootstrap,
