@@ -52,6 +52,9 @@ EXTERNAL_FIXTURES = {
     "private_broker": "broker",  # tests/faults/test_broker_outage.py: a broker of its own to stop and start
     "pg_url": "postgres",
     "spark": "spark",
+    "spark_sessions": "spark",
+    "spark_cluster": "spark",  # tests/spark/test_cluster.py: a master and worker JVMs
+    "cluster_spark": "spark",
 }
 NEEDS = ("broker", "postgres", "spark")
 INTEGRATION = "integration"
