@@ -2,7 +2,7 @@
 
 Adding a command: write ``_add_<name>_parser(subparsers)`` that registers its
 arguments and ``set_defaults(func=_cmd_<name>)``, write ``_cmd_<name>(args) ->
-int``, and call the former from :func:`_build_parser`.  Commands raise
+int``, and call the former from :func:`build_parser`.  Commands raise
 FastRecoverError for anything the user can fix; :func:`main` prints those as
 one line on stderr with exit code 2 instead of a traceback.
 """
@@ -353,7 +353,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 # -- entry point --------------------------------------------------------------
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fastrecover`` command line; the documentation's command reference is generated from it."""
     parser = argparse.ArgumentParser(
         prog="fastrecover",
         description="KIP-333 parallel rebalance for confluent-kafka: demo, range-store tools.",
@@ -381,7 +382,7 @@ def _one_line(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the process exit code (0 ok, 2 usage or fastrecover error)."""
-    parser = _build_parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     func: Any = getattr(args, "func", None)
     if func is None:

@@ -53,7 +53,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     Pass ``"enable.parallel.rebalance": True`` (or ``enable_parallel_rebalance=True``)
     to turn KIP-333 on; ``fastrecover.*`` keys configure it (docs/configuration.md);
-    every other property goes to librdkafka unchanged.  docs/design.md lists each
+    every other property goes to librdkafka unchanged.  docs/explanation/differences.md lists each
     difference from ``confluent_kafka.Consumer`` in this mode, with its reason.
     """
 

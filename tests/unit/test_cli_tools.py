@@ -25,5 +25,5 @@ def test_tool_commands_name_the_missing_package(
 
 def test_tool_commands_parse_when_the_tools_are_installed() -> None:
     pytest.importorskip("fastrecover_tools")
-    args = cli._build_parser().parse_args(["bench", "--quick"])
+    args = cli.build_parser().parse_args(["bench", "--quick"])
     assert args.func is cli._cmd_bench

@@ -113,7 +113,7 @@ def _without_cli_env() -> Iterator[None]:
 def cli_parser() -> argparse.ArgumentParser:
     """The parser ``fastrecover`` runs, built as a machine without the CLI's environment variables sees it."""
     with _without_cli_env():
-        return cli._build_parser()
+        return cli.build_parser()
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser, str]]:
