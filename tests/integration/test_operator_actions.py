@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import ConsumerGroupTopicPartitions, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from fastrecover import Consumer
 from fastrecover.ranges import RangeProgress
@@ -267,3 +267,46 @@ def test_a_store_restored_from_an_older_backup_takes_the_ranges_back_from_kafkas
         )
     finally:
         second.close()
+
+
+def test_a_deleted_group_whose_name_is_reused_starts_afresh(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    topic = topic_factory(partitions=1)
+    _finish_a_range(bootstrap, topic, unique_group, store_url)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (future,) = admin.delete_consumer_groups([unique_group], request_timeout=30).values()
+    future.result(timeout=30)
+
+    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(LOG_END)))
+
+    assert set(range(LOG_END)) <= delivered, "auto.offset.reset=earliest: everything, as for a plain consumer"
+    assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, LOG_END)], "the old group's range is retired"
+
+
+def test_partitions_added_while_a_member_runs_are_read_from_their_start(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(500)], partition=0)
+    _commit_plain(bootstrap, unique_group, topic, 100)
+    consumer = Consumer(
+        parallel_config(bootstrap, unique_group, store_url, **{"topic.metadata.refresh.interval.ms": 500})
+    )
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        consume_until(consumer, got, lambda: len(got) >= 400, 60, "the lag of partition 0")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        (future,) = admin.create_partitions([NewPartitions(topic, 3)]).values()
+        future.result(timeout=30)
+        for partition in (1, 2):
+            produce(bootstrap, topic, [f"n{i}" for i in range(200)], partition=partition)
+
+        def every_new_record() -> bool:
+            return all({offset_of(m) for m in got if m.partition() == p} >= set(range(200)) for p in (1, 2))
+
+        consume_until(consumer, got, every_new_record, 90, "every record of the two new partitions")
+    finally:
+        consumer.close()
+    assert {offset_of(m) for m in got if m.partition() == 0} >= set(range(100, 500))
