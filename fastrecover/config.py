@@ -265,7 +265,7 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         else:
             passthrough[key] = value
     if enabled and not passthrough.get("group.id"):
-        raise ConfigError("enable.parallel.rebalance needs group.id: range tokens are kept per consumer group")
+        raise ConfigError("group.id must be set: enable.parallel.rebalance keeps its range tokens per consumer group")
 
     def get(key: str) -> Any:
         return values.get(key, KEYS[key].default)

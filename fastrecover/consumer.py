@@ -159,6 +159,8 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
                 else:
                     fr.primary_messages += 1
                 return msg  # type: ignore[no-any-return]
+        if fr is None and timeout is None:  # a subclass with the mode off: confluent_kafka's poll() waits forever
+            return _K.poll(self)  # type: ignore[no-any-return]
         if fr is None or (timeout is not None and type(timeout) not in _NUMBER):
             return _K.poll(self, timeout) if fr is None else fr.note_primary(_K.poll(self, timeout))  # type: ignore[arg-type]
         return fr.poll(timeout)

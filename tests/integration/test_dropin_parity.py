@@ -355,3 +355,32 @@ def test_on_assign_receives_the_application_object(
         assert got[0] is consumer
     finally:
         consumer.close()
+
+
+def test_the_mode_on_without_a_group_says_what_plain_says() -> None:
+    """Applications (and confluent's own tests) match on "group.id must be set"."""
+    plain = outcome(lambda: confluent_kafka.Consumer({"bootstrap.servers": "127.0.0.1:1"}))
+    ours = outcome(
+        lambda: fastrecover.Consumer({"bootstrap.servers": "127.0.0.1:1", "enable.parallel.rebalance": True})
+    )
+    assert plain.kind == ours.kind == "raise"
+    assert plain.exc_type is not None and ours.exc_type is not None and issubclass(ours.exc_type, plain.exc_type)
+    assert "group.id must be set" in plain.message and "group.id must be set" in ours.message, (plain, ours)
+
+
+def test_a_subclass_with_the_mode_off_polls_without_a_timeout_as_plain() -> None:
+    """poll() with no argument: plain waits for ever, or raises RuntimeError once closed; never a TypeError."""
+
+    class Theirs(confluent_kafka.Consumer):
+        pass
+
+    class Mine(fastrecover.Consumer):
+        pass
+
+    seen = []
+    for cls in (Theirs, Mine):
+        consumer = cls({"bootstrap.servers": "127.0.0.1:1", "group.id": "g-subclass-poll"})
+        consumer.close()
+        result = outcome(consumer.poll)
+        seen.append((result.kind, result.exc_type, result.message))
+    assert seen[1] == seen[0], seen
