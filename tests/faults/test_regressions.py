@@ -10,6 +10,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
+from fastrecover.codec import MARKED_MIRROR_LIMIT, encode_mirror, mark, new_lineage
 from fastrecover.ranges import RangeProgress
 from fastrecover.store import ProgressUpdate, open_store
 from fastrecover_tools.chaos.driver import ChaosDriver
@@ -31,15 +32,25 @@ def test_new_range_starting_where_a_done_range_starts_is_not_cut_short(
     the group's committed offset stayed C.  The next recovery planned the new range [C, E2) (done
     ranges are not subtracted), and create_range, idempotent on the range's start, handed back the
     done [C, E1): nothing was held, the primary started at E2, and [E1, E2) was never read.
+
+    The dead incarnation's recovery had committed C again with its marker (its lineage, and the
+    range in the mirror), so the range is one the offset vouches for, as in the campaign.
     """
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
     crash_after_commit(bootstrap, topic, unique_group, store_url, tmp_path, commit_at=10, block_at=50)
     produce(bootstrap, topic, [f"r{i}" for i in range(50, 100)], partition=0)
-    with open_store(store_url) as store:  # the dead incarnation's range, finished in the store only
-        token = store.create_range(unique_group, topic, 0, 10, 60, "dead-incarnation")
-        done = store.commit_one(ProgressUpdate(token.id, "dead-incarnation", token.epoch, RangeProgress(10, 60, 60)))
-        assert not done.is_open
+    probe = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group, "enable.auto.commit": False})
+    try:
+        lineage = new_lineage(probe.list_topics(topic, timeout=30).cluster_id, bytes(8))
+        with open_store(store_url) as store:  # the dead incarnation's range, finished in the store only
+            token = store.create_range(unique_group, topic, 0, 10, 60, "dead-incarnation", lineage)
+            update = ProgressUpdate(token.id, "dead-incarnation", token.epoch, RangeProgress(10, 60, 60))
+            assert not store.commit_one(update).is_open
+        marker = mark(encode_mirror([RangeProgress(10, 60, 10)], limit=MARKED_MIRROR_LIMIT), lineage, 10)
+        probe.commit(offsets=[TopicPartition(topic, 0, 10, metadata=marker)], asynchronous=False)
+    finally:
+        probe.close()
 
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     try:
