@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fastrecover.codec import MARKED_MIRROR_LIMIT, decode_mirror, encode_mirror, mark
+from fastrecover.codec import MARKED_MIRROR_LIMIT, decode_mirror, encode_mirror, mark, sign_mirror
 from fastrecover.errors import CodecError
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
@@ -274,11 +274,7 @@ class RangeBook:
         context = mirror_context(self._group, key)
         lineage = self._lineage.get(key)
         if lineage is None:
-            if self._mirror_key is None or not mirror:
-                return mirror
-            return encode_mirror(
-                self.open_durable(key), limit=MARKED_MIRROR_LIMIT, key=self._mirror_key, context=context
-            )
+            return sign_mirror(mirror, self._mirror_key, context)
         return mark(mirror, lineage, offset, key=self._mirror_key, context=context)
 
     def works(self, ids: Iterable[int] | None = None) -> list[RangeWork]:

@@ -151,6 +151,11 @@ def _mac(key: bytes, context: str, body: str) -> str:
     return base64.b64encode(digest[:_MAC_BYTES]).decode("ascii")
 
 
+def sign_mirror(text: str, key: bytes | None, context: str) -> str:
+    """An unsigned ``fr1`` mirror signed with ``key`` for ``context`` (unchanged without a key, or when empty)."""
+    return _sign(text, key, context) if text else text
+
+
 def _sign(text: str, key: bytes | None, context: str) -> str:
     if key is None:
         return text
