@@ -103,7 +103,7 @@ class FreezableProxy:
                 if not data:
                     break
                 dst.sendall(data)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: close() closed the socket under select()
                 break
         for sock in (src, dst):
             with contextlib.suppress(OSError):
