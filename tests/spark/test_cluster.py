@@ -179,9 +179,18 @@ def test_every_cluster_process_listens_on_the_loopback_address_only(
     spark_cluster: SparkCluster, cluster_spark: SparkSession
 ) -> None:
     assert executor_count(cluster_spark) == 2
-    listening = spark_cluster.listening_addresses()
+
+    def every_jvm_listening() -> set[tuple[int, str, int]]:
+        found = spark_cluster.listening_addresses()
+        return found if len({pid for pid, _, _ in found}) == 5 else set()
+
+    # The master, both workers and both executors listen on something; all of it on 127.0.0.1. An executor
+    # registers with the driver before its block manager binds its port, so wait for the last socket.
+    try:
+        listening = wait_for(every_jvm_listening, 60, 0.2, "all 5 cluster JVMs listening")
+    except TimeoutError:
+        listening = spark_cluster.listening_addresses()
     pids = {pid for pid, _, _ in listening}
-    # The master, both workers and both executors listen on something; all of it on 127.0.0.1.
     assert len(pids) == 5, f"listening JVMs: {sorted(pids)} of {spark_cluster.pids()}"
     # The JVM binds dual-stack sockets: 127.0.0.1 shows as its IPv4-mapped IPv6 form, which is still loopback only.
     addresses = {str(_ipv4(address)) for _, address, _ in listening}
