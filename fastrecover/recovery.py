@@ -25,7 +25,11 @@ offset; :func:`plan_partition` then
   its offsets afresh;
 * still reads an open range of another lineage that lies wholly below the
   committed offset (records owed by a member that crashed before a plain member
-  moved the offset past them): re-reading is a duplicate, never a loss.
+  moved the offset past them): re-reading is a duplicate, never a loss;
+* *carries over* the unfinished part below the committed offset of an open range
+  it retires: an operator who moves the offset back into a range (``--shift-by
+  -50``) asks for more records, never fewer, so the records that range still owed
+  below the new offset become a new range (:func:`_carry`).
 
 Ranges of another Kafka cluster sharing the store are not this partition's at
 all (:func:`this_cluster`).
@@ -149,13 +153,19 @@ def plan_partition(
     restored = tuple(_restore(mirrored if trust.any else (), known_spans, max(log_end, 0)))
     # done ranges count as covered too: their records are finished (by the child or a Spark job)
     covered = known_spans + [r.span for r in restored]
+    carried = tuple(_carry(retired, floor, covered))
 
     if committed is None or committed < 0 or log_end - committed < min_offsets:
         return PartitionPlan(
-            primary_start=None, restored=restored, backfill=open_tokens, retired=retired, kept=tuple(kept)
+            primary_start=None,
+            new_ranges=carried,
+            restored=restored,
+            backfill=open_tokens,
+            retired=retired,
+            kept=tuple(kept),
         )
 
-    new_ranges = tuple(subtract(OffsetRange(committed, log_end), covered))
+    new_ranges = carried + tuple(subtract(OffsetRange(committed, log_end), covered))
     return PartitionPlan(
         primary_start=log_end,
         new_ranges=new_ranges,
@@ -165,6 +175,27 @@ def plan_partition(
         retired=retired,
         kept=tuple(kept),
     )
+
+
+def _carry(retired: Sequence[Token], floor: int | None, covered: Sequence[OffsetRange]) -> list[OffsetRange]:
+    """What the open ranges being retired still owe below the committed offset ``floor``.
+
+    Retiring a range drops its facts above the committed offset, which is read again from
+    there; below it, its unfinished records were never delivered, and whoever moved the
+    offset (an operator's ``--shift-by -N``, ``--to-offset``) meant to deliver more, not
+    fewer.  Each piece starts at the range's own committed offset: the store's progress is
+    the child's own commit log, so what it says is finished was delivered.  Its completion
+    map is dropped, which costs re-reads only.  With no committed offset at all (a group or
+    topic deleted) nothing is carried: ``auto.offset.reset`` decides, as for a plain client.
+    """
+    if floor is None:
+        return []
+    owed = _union(
+        OffsetRange(t.progress.committed, min(t.span.end, floor))
+        for t in retired
+        if t.is_open and t.progress.committed < min(t.span.end, floor)
+    )
+    return [piece for span in owed for piece in subtract(span, covered)]
 
 
 def _restore(mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange], log_end: int) -> list[RangeProgress]:

@@ -137,6 +137,35 @@ def test_an_offset_reset_below_a_finished_range_delivers_every_record_again(
     assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, LOG_END)], "the old range is kept for audit"
 
 
+def test_a_reset_into_an_open_range_still_delivers_what_the_range_owed_below_it(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """``--shift-by -N`` into a range nobody finished: its records below the new offset are still owed.
+
+    The operator believes everything below Kafka's offset was processed and asks for the last records
+    again; the range's unfinished records below the new offset were never delivered at all.
+    """
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(2_000)], partition=0)
+    _commit_plain(bootstrap, unique_group, topic, FIRST_COMMIT)
+    first = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        first.assign([TopicPartition(topic, 0)])
+        assert [(r.start, r.end) for r in first.recoveries[0].new_ranges] == [(FIRST_COMMIT, 2_000)]
+    finally:
+        first._fr.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        first.close()
+    with open_store(store_url) as store:
+        (token,) = store.ranges(unique_group)
+    assert token.is_open and token.progress.committed == FIRST_COMMIT, "nothing of the range was delivered"
+    _reset_offset(bootstrap, unique_group, topic, 1_500)
+
+    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(FIRST_COMMIT, 2_000)))
+
+    assert set(range(FIRST_COMMIT, 2_000)) <= delivered
+    assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, 2_000)], "the straddling range is retired"
+
+
 def test_a_re_created_topic_is_not_hidden_by_the_old_incarnations_ranges(
     bootstrap: str, unique_group: str, store_url: str
 ) -> None:
