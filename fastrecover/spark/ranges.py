@@ -37,6 +37,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from fastrecover.codec import cluster_label
 from fastrecover.errors import FastRecoverError
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.spark.offsets import Piece
@@ -68,15 +69,41 @@ def claim_pieces(ranges: Sequence[ClaimedRange]) -> list[Piece]:
     return pieces
 
 
+def _cluster_id(kafka: dict[str, str], timeout_s: float) -> str | None:
+    """The id of the Kafka cluster the job reads (None from brokers too old to have one).
+
+    Asked before anything is claimed: a store shared by two clusters holds the other's ranges too.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    conf: dict[str, Any] = {**kafka, "enable.auto.commit": False}
+    conf.setdefault("group.id", "fastrecover-ranges-planner")
+    try:
+        client = Consumer(conf)
+    except KafkaException as exc:
+        raise FastRecoverError(f"ranges job: cannot create a Kafka client from the kafka.* options: {exc}") from exc
+    try:
+        found: str | None = client.list_topics(timeout=timeout_s).cluster_id
+        return found
+    except KafkaException as exc:
+        raise FastRecoverError(
+            f"ranges job: cannot ask Kafka at {kafka.get('bootstrap.servers')} for its cluster id "
+            f"within {timeout_s:g} s, so nothing was claimed: {exc}"
+        ) from exc
+    finally:
+        client.close()
+
+
 class FastRecoverRangesReader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, options: RangesOptions) -> None:
         self.options = options
 
     def partitions(self) -> list[PieceSet]:
         opts = self.options
+        cluster = cluster_label(_cluster_id(opts.kafka, opts.read_timeout_s))
         store = open_store(opts.store_url)
         try:
-            claim = SparkState(store).claim_open_ranges(opts.group, opts.job, opts.owner)
+            claim = SparkState(store).claim_open_ranges(opts.group, opts.job, opts.owner, cluster)
         finally:
             store.close()
         pieces = claim_pieces(claim.ranges)

@@ -51,6 +51,7 @@ from sqlalchemy.exc import IntegrityError
 
 from fastrecover.errors import TokenNotFoundError
 from fastrecover.ranges import RangeProgress
+from fastrecover.recovery import this_cluster
 from fastrecover.spark.offsets import SourceOffset
 from fastrecover.store import ProgressUpdate, RangeStore
 from fastrecover.store.engine import BEGIN_OPTION, translate_errors
@@ -224,8 +225,12 @@ class SparkState:
             )
         return None if row is None else _claim(row)
 
-    def claim_open_ranges(self, group: str, job: str, owner: str) -> Claim:
+    def claim_open_ranges(self, group: str, job: str, owner: str, cluster: str | None = None) -> Claim:
         """Take over every open range of ``group`` (epoch bump) and record the claim as active.
+
+        With ``cluster`` (a :func:`fastrecover.codec.cluster_label`), only the ranges of that Kafka
+        cluster: a store shared by two clusters holds the other's ranges under the same group and
+        topic names, and reading them here would mark them done over records of the wrong log.
 
         An active claim of the same job is returned unchanged instead: planning
         twice must read the same records.  Unless its completion landed
@@ -247,7 +252,8 @@ class SparkState:
                 existing.generation,
             )
         taken: list[ClaimedRange] = []
-        for token in self.store.open_ranges(group):
+        tokens = self.store.open_ranges(group)
+        for token in tokens if cluster is None else this_cluster(tokens, cluster):
             claimed = self.store.claim(token.id, owner)
             if claimed.is_open:
                 taken.append(ClaimedRange.of(claimed))

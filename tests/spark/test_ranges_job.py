@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from confluent_kafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from fastrecover import Consumer
+from fastrecover.codec import new_lineage
 from fastrecover.errors import FencedError
 from fastrecover.spark import abandon_ranges, complete_ranges
 from fastrecover.store import open_store
@@ -140,3 +142,36 @@ def test_a_spark_job_drains_a_consumers_open_ranges_and_hands_them_back_done(
     )
     assert abandon_ranges(store_url, unique_group) is not None
     assert abandon_ranges(store_url, unique_group) is None
+
+
+def test_a_ranges_job_leaves_the_ranges_of_another_cluster_sharing_the_store_alone(
+    spark: SparkSession, bootstrap: str, topic_factory: TopicFactory, unique_group: str, store_url: str
+) -> None:
+    """Two clusters, one store, the same group and topic names: a job reads only its own cluster's ranges."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(500)], partition=0)
+    probe = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
+    try:
+        here = probe.list_topics(timeout=30).cluster_id
+    finally:
+        probe.close()
+    with open_store(store_url) as store:
+        ours = store.create_range(unique_group, topic, 0, 100, 300, "gone", new_lineage(here, os.urandom(8)))
+        theirs = store.create_range(unique_group, topic, 0, 300, 500, "far", new_lineage("OtherClusterId", bytes(8)))
+
+    rows = (
+        spark.read.format("fastrecover-ranges")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("fastrecover.store.url", store_url)
+        .option("group", unique_group)
+        .load()
+        .select("offset")
+        .collect()
+    )
+
+    assert sorted(r.offset for r in rows) == list(range(100, 300)), "only this cluster's range is read"
+    done = complete_ranges(store_url, unique_group)
+    assert [t.id for t in done.completed] == [ours.id] and done.fenced == []
+    with open_store(store_url) as store:
+        after = store.get(theirs.id)
+    assert (after.state, after.owner, after.epoch) == (TokenState.OPEN, "far", theirs.epoch), "never claimed"
