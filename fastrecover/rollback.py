@@ -33,10 +33,11 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient
 
 from fastrecover.book import mirror_context
-from fastrecover.codec import read_marker
+from fastrecover.codec import cluster_label, read_marker
 from fastrecover.errors import BrokerUnavailableError as BrokerUnavailableError  # re-exported: it was defined here
 from fastrecover.errors import CodecError, ConfigError, FastRecoverError, StateError
 from fastrecover.ranges import OffsetRange, subtract
+from fastrecover.recovery import this_cluster
 from fastrecover.tables import format_table, printable
 from fastrecover.tokens import Token, TopicPartitionKey
 
@@ -162,6 +163,13 @@ def _result(future: concurrent.futures.Future[object], bootstrap: str, timeout_s
         raise FastRecoverError(f"{what} failed: {error}") from exc
 
 
+def cluster_id(admin: AdminClient, bootstrap: str, timeout_s: float) -> str | None:
+    """The id of the cluster ``admin`` talks to (None from brokers too old to have one)."""
+    future = admin.describe_cluster(request_timeout=timeout_s)
+    found = getattr(_result(future, bootstrap, timeout_s, "describing the Kafka cluster"), "cluster_id", None)
+    return None if found is None else str(found)
+
+
 def ensure_group_empty(admin: AdminClient, group: str, bootstrap: str, timeout_s: float) -> None:
     """StateError unless the group has no members (an unknown group counts as empty)."""
     future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
@@ -239,7 +247,10 @@ def roll_back(
     Open ranges are deleted only for the partitions whose new Kafka offset the
     broker confirmed; a partition that failed keeps its ranges.
     """
-    known = store.ranges(group)  # a corrupt open token must stop the rollback, not vanish from it
+    # only this cluster's ranges: a store shared by two clusters holds the other's under the same names, and
+    # deleting them would lose the records they owe there
+    cluster = cluster_label(cluster_id(admin, bootstrap, timeout_s))
+    known = this_cluster(store.ranges(group), cluster)  # a corrupt open token must stop the rollback, not vanish
     offsets, metadata = kafka_offsets(admin, group, bootstrap, timeout_s)
     plans = plan_rollback(known, offsets, mirror_only_spans(metadata, known, group, mirror_key))
     if not plans or dry_run:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
 from fastrecover.cli import main
+from fastrecover.codec import new_lineage
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
@@ -200,3 +202,31 @@ def test_plain_commit_metadata_is_cleared(bootstrap: str, topic_factory: Any, un
     (after,) = group_offsets(bootstrap, unique_group, topic)
     assert after.offset == 3
     assert not after.metadata
+
+
+def test_rollback_leaves_the_ranges_of_another_cluster_sharing_the_store(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two clusters, one store, the same names: only this cluster's ranges move its offsets and are deleted."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
+    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
+    try:
+        here = plain.list_topics(timeout=30).cluster_id
+        plain.commit(offsets=[TopicPartition(topic, 0, LOG_END)], asynchronous=False)
+    finally:
+        plain.close()
+    with open_store(store_url) as store:
+        ours = store.create_range(unique_group, topic, 0, 100, LOG_END, "gone", new_lineage(here, os.urandom(8)))
+        theirs = store.create_range(unique_group, topic, 0, 50, 80, "far", new_lineage("OtherClusterId", bytes(8)))
+
+    code, out, err = _rollback(
+        capsys, "--group", unique_group, "--store-url", store_url, "--bootstrap-servers", bootstrap
+    )
+
+    assert code == 0, err
+    assert group_offsets(bootstrap, unique_group, topic)[0].offset == 100, "moved to this cluster's range only"
+    with open_store(store_url) as store:
+        assert [t.id for t in store.open_ranges(unique_group)] == [theirs.id]
+        assert store.get(theirs.id).owner == "far"
+    assert f"#{ours.id}" in out and f"#{theirs.id}" not in out
