@@ -138,7 +138,12 @@ def admin_client(bootstrap: str, extra: Mapping[str, str] | None = None, *, verb
     """
     config: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap, "log_level": 7 if verbose else 0}
     config.update(extra or {})
-    return AdminClient(config)
+    try:
+        return AdminClient(config)
+    except (KafkaException, ValueError, TypeError) as exc:
+        # librdkafka names the property it refused; the values may be secrets and are not repeated
+        cause = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
+        raise ConfigError(f"the admin client refused its configuration (--command-config): {cause}") from exc
 
 
 def check_broker(admin: AdminClient, bootstrap: str, timeout_s: float) -> None:

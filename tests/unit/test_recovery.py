@@ -430,7 +430,8 @@ def test_a_range_counts_only_while_the_committed_offset_vouches_for_it(scenario:
 
     # below the committed offset, what a retired open range still owed is read by a new range
     if valid:
-        read = offsets(plan.new_ranges) | offsets([t.span for t in plan.kept]) | offsets([r.span for r in plan.restored])
+        kept = offsets([t.span for t in plan.kept])
+        read = offsets(plan.new_ranges) | kept | offsets([r.span for r in plan.restored])
         for t in plan.retired:
             if t.is_open:
                 owed = set(range(t.progress.committed, min(t.span.end, committed)))  # type: ignore[type-var]
