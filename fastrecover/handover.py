@@ -153,6 +153,7 @@ class Handover(CommitPaths):
         for key in keys:
             self.floors.pop(key, None)
             self.held_eof.pop(key, None)
+            self.user_meta.pop(key, None)
         self.routes = self.book.routes()
         store = self.link.get()
         if lost or store is None:
