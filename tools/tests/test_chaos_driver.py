@@ -29,3 +29,8 @@ def test_a_classic_campaign_leaves_the_client_default(tmp_path: Path) -> None:
 def test_an_unknown_group_protocol_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"group_protocol must be one of .* got 'kip848'"):
         ChaosConfig(bootstrap="127.0.0.1:1", store_url="sqlite://", workdir=tmp_path, group_protocol="kip848")
+
+
+def test_an_unknown_operator_action_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"operator actions must be among .* got \['reset-latest'\]"):
+        ChaosConfig(bootstrap="127.0.0.1:1", store_url="sqlite://", workdir=tmp_path, operator_actions=["reset-latest"])

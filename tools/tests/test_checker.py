@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,13 @@ from fastrecover.tokens import Token, TokenState
 from fastrecover_tools.chaos.checker import (
     Incarnation,
     LedgerEntry,
+    OperatorLog,
     Produced,
+    Recreated,
+    Reread,
+    Skipped,
     Stats,
+    StoreRestored,
     analyze,
     parse_ledger_line,
     parse_produced_line,
@@ -239,3 +245,58 @@ def test_a_range_finished_by_a_member_without_its_partition_is_a_failure() -> No
     assert not v.ok
     assigned["m2#1"].add(("t", 0))
     assert analyze(produced(4), done(range(4)), tokens=[t1, t2], owners=owners, assigned=assigned).ok
+
+
+# ---- operator actions ---------------------------------------------------------------------------
+
+
+def test_a_reset_back_obliges_every_record_after_it_to_be_finished_again() -> None:
+    first = done(range(100), at=5000)
+    ops = OperatorLog([Reread("t", 0, 40, 100, at_ms=6000)])
+    v = analyze(produced(100), first, operator=ops)
+    assert v.not_reread == 60 and v.not_reread_sample[0] == ("t", 0, 40)
+    assert not v.ok and "not delivered again" in v.failures[0]
+    again = done(range(40, 100), at=7000, inc="m1#2")
+    assert analyze(produced(100), first + again, operator=ops).ok
+
+
+def test_a_later_reset_forward_excuses_what_a_reset_back_owed() -> None:
+    ops = OperatorLog([Reread("t", 0, 0, 100, at_ms=6000), Skipped("t", 0, 50, 100, at_ms=6500)])
+    again = done(range(50), at=7000, inc="m1#2")
+    v = analyze(produced(100), done(range(100), at=5000) + again, operator=ops)
+    assert v.not_reread == 0 and v.ok
+
+
+def test_a_reset_forward_excuses_only_records_written_before_it_in_its_span() -> None:
+    ops = OperatorLog([Skipped("t", 0, 0, 10, at_ms=1005)])  # records 0..4 were written before the reset
+    v = analyze(produced(20), done(range(10, 20)), operator=ops)
+    assert v.operator_skipped == 5
+    assert v.lost == 5 and [k[2] for k in v.lost_sample] == [5, 6, 7, 8, 9]
+
+
+def test_a_re_created_topics_offsets_are_a_new_generation() -> None:
+    old = produced(100, t0=1000)  # written at 1000..1099
+    new = produced(50, t0=3000)  # the same offsets again, after the topic was re-created at 2000
+    ops = OperatorLog([Recreated("t", at_ms=2000)])
+    ledger = done(range(50), t0=1000) + done(range(50), t0=3000, at=6000)
+    v = analyze(old + new, ledger, operator=ops)
+    assert v.ok, v.failures
+    assert v.deleted_with_topic == 50, "the old generation's unfinished records went with it"
+    # offset 10 of the new generation unfinished: the old generation's offset 10 does not stand in for it
+    gap = [e for e in ledger if not (e.produced_ms >= 3000 and e.offset == 10)]
+    v = analyze(old + new, gap, operator=ops, present=[("t", 0, o) for o in range(50)])
+    assert v.lost == 1 and v.lost_sample == [("t~1", 0, 10)] and v.topic_missing == 0
+
+
+def test_epochs_start_over_with_a_store_restored_from_a_backup() -> None:
+    entries = done([0, 1], inc="m1#1", at=100, token=1, epoch=2) + done([2, 3], inc="m2#1", at=300, token=1, epoch=2)
+    tokens = [token(1, 0, 4, epoch=2)]
+    assert analyze(produced(4), entries, tokens=tokens).epoch_conflicts == 1
+    v = analyze(produced(4), entries, tokens=tokens, operator=OperatorLog([StoreRestored(200)]))
+    assert v.epoch_conflicts == 0 and v.ok, v.failures
+
+
+def test_a_superseded_range_accounts_for_no_retention_deletion() -> None:
+    retired = replace(token(1, 0, 10, skipped=3), state=TokenState.SUPERSEDED)
+    v = analyze(produced(10), done(range(3, 10)), tokens=[retired], low_watermarks={("t", 0): 3})
+    assert v.unaccounted == 3 and not v.ok

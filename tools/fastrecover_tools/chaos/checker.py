@@ -22,10 +22,22 @@ the range it belonged to (``skipped``); whatever is not counted is reported as
 Fencing: each (range, epoch) must be held by exactly one incarnation, and two
 incarnations must never deliver a range's records at the same time (the
 earlier holder's last backfilled record comes before the next holder's first).
+A store restored from a backup starts a new *era* of epochs (the members were
+stopped; nobody is left to fence).
+
+Operator actions (:class:`OperatorLog`) change what "delivered" means:
+
+* an offset reset or a deleted group (:class:`Reread`) obliges the group to
+  finish every record at or after the new position *again*, after the reset;
+* a reset forward (:class:`Skipped`) excuses the records it moved past;
+* a topic deleted and re-created (:class:`Recreated`) starts a new *generation*
+  of its offsets: records are told apart by their produce time, and those of a
+  deleted generation nobody finished went with it.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import defaultdict
@@ -83,6 +95,127 @@ class Incarnation:
 
 
 @dataclass(frozen=True, slots=True)
+class Reread:
+    """An operator moved the group to ``start``: every record of [start, end) must be finished again after ``at_ms``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An operator moved the group forward over [start, end) at ``at_ms``: those records may stay unfinished."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recreated:
+    """``topic`` was deleted and created again at ``at_ms``: its offsets start over."""
+
+    topic: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRestored:
+    """The range store was restored from a backup at ``at_ms`` (with every member stopped)."""
+
+    at_ms: int
+
+
+Effect = Reread | Skipped | Recreated | StoreRestored
+Key = tuple[str, int, int]
+
+
+class OperatorLog:
+    """What the operator's actions oblige and excuse: pure, shared by the drain and the verdict."""
+
+    def __init__(self, effects: Iterable[Effect] = ()) -> None:
+        self.effects = list(effects)
+        self._births: dict[str, list[int]] = defaultdict(list)
+        for e in self.effects:
+            if isinstance(e, Recreated):
+                self._births[e.topic].append(e.at_ms)
+        for births in self._births.values():
+            births.sort()
+        self.restores = sorted(e.at_ms for e in self.effects if isinstance(e, StoreRestored))
+        self._skips: dict[TP, list[Skipped]] = defaultdict(list)
+        for e in self.effects:
+            if isinstance(e, Skipped):
+                self._skips[(e.topic, e.partition)].append(e)
+
+    def generation(self, topic: str, at_ms: int) -> int:
+        """How often ``topic`` had been re-created by ``at_ms``."""
+        return bisect.bisect_right(self._births.get(topic, []), at_ms)
+
+    def final_generation(self, topic: str) -> int:
+        return len(self._births.get(topic, []))
+
+    def name(self, topic: str, at_ms: int) -> str:
+        """``topic`` for its first generation, ``topic~N`` for the N-th re-creation: keys that never collide."""
+        gen = self.generation(topic, at_ms)
+        return topic if gen == 0 else f"{topic}~{gen}"
+
+    def final_name(self, topic: str) -> str:
+        gen = self.final_generation(topic)
+        return topic if gen == 0 else f"{topic}~{gen}"
+
+    def ended(self, topic: str, produced_ms: int) -> bool:
+        """The record's generation of ``topic`` was deleted later."""
+        return self.generation(topic, produced_ms) < self.final_generation(topic)
+
+    def skipped(self, topic: str, partition: int, offset: int, produced_ms: int, after_ms: int = -1) -> bool:
+        """An operator moved the group over this record (after ``after_ms``), in the record's generation."""
+        gen = self.generation(topic, produced_ms)
+        return any(
+            s.start <= offset < s.end
+            and produced_ms < s.at_ms
+            and s.at_ms > after_ms
+            and self.generation(topic, s.at_ms) == gen
+            for s in self._skips.get((topic, partition), ())
+        )
+
+    def era(self, at_ms: int) -> int:
+        """How many store restores happened by ``at_ms``: range epochs start over with each."""
+        return bisect.bisect_right(self.restores, at_ms)
+
+    def rereads(self) -> list[Reread]:
+        return [e for e in self.effects if isinstance(e, Reread)]
+
+
+def not_reread(
+    acked: Mapping[Key, Produced], last_done: Mapping[Key, int], ops: OperatorLog, lows: Mapping[TP, int]
+) -> dict[Key, int]:
+    """Keys (generation-named) an operator's reset obliged to be finished again and that were not.
+
+    Each maps to the time after which it must be finished.  Excused: records of a generation
+    deleted since, records a later reset forward skipped, and records retention deleted (below
+    ``lows``, keyed by generation-named topic).
+    """
+    out: dict[Key, int] = {}
+    for r in ops.rereads():
+        name = ops.name(r.topic, r.at_ms)
+        low = lows.get((name, r.partition), 0)
+        for offset in range(max(r.start, low), r.end):
+            key = (name, r.partition, offset)
+            p = acked.get(key)
+            if p is None or last_done.get(key, -1) >= r.at_ms or out.get(key, -1) >= r.at_ms:
+                continue
+            if ops.ended(r.topic, p.produced_ms) or ops.skipped(r.topic, r.partition, offset, p.produced_ms, r.at_ms):
+                continue
+            out[key] = r.at_ms
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class Stats:
     """Summary of a list of durations in milliseconds."""
 
@@ -122,6 +255,10 @@ class Verdict:
     unaccounted: int = 0
     topic_missing: int = 0
     foreign_records: int = 0
+    not_reread: int = 0
+    not_reread_sample: list[tuple[str, int, int]] = field(default_factory=list)
+    operator_skipped: int = 0
+    deleted_with_topic: int = 0
     wait_ms: Stats = field(default_factory=Stats)
     time_to_fresh_ms: Stats = field(default_factory=Stats)
     time_to_fresh_each: list[tuple[str, int]] = field(default_factory=list)
@@ -149,6 +286,11 @@ class Verdict:
         out = []
         if self.lost:
             out.append(f"{self.lost} records lost (e.g. {self.lost_sample[:5]})")
+        if self.not_reread:
+            out.append(
+                f"{self.not_reread} records not delivered again after an operator moved the group back "
+                f"(e.g. {self.not_reread_sample[:5]})"
+            )
         if self.unaccounted:
             out.append(f"{self.unaccounted} records deleted by retention without being counted as skipped")
         if self.topic_missing:
@@ -182,37 +324,46 @@ def analyze(
     require_ranges_finished: bool = True,
     owners: Mapping[str, str] | None = None,
     assigned: Mapping[str, set[TP]] | None = None,
+    operator: OperatorLog | None = None,
 ) -> Verdict:
     """Compare what was produced with what was finished; see the module docstring.
 
     ``owners`` maps a token's owner id to the incarnation that wrote it and ``assigned`` an
     incarnation to the partitions it was ever assigned: with both, every finished range must have
-    been finished by an incarnation that owned its partition.
+    been finished by an incarnation that owned its partition.  ``low_watermarks`` and ``present``
+    describe the topics as they are at the end (their last generation).
     """
+    ops = operator or OperatorLog()
     v = Verdict(malformed_lines=malformed_lines, require_ranges_finished=require_ranges_finished)
-    lows = dict(low_watermarks or {})
+    lows = {(ops.final_name(t), p): low for (t, p), low in (low_watermarks or {}).items()}
     v.produced = len(produced)
     v.ledger_lines = len(ledger)
 
-    first_done: dict[tuple[str, int, int], int] = {}
-    counts: dict[tuple[str, int, int], int] = defaultdict(int)
+    first_done: dict[Key, int] = {}
+    last_done: dict[Key, int] = {}
+    counts: dict[Key, int] = defaultdict(int)
     for e in ledger:
-        k = (e.topic, e.partition, e.offset)
+        k = (ops.name(e.topic, e.produced_ms), e.partition, e.offset)
         counts[k] += 1
         if k not in first_done or e.done_ms < first_done[k]:
             first_done[k] = e.done_ms
+        if e.done_ms > last_done.get(k, -1):
+            last_done[k] = e.done_ms
     v.finished_unique = len(counts)
     v.duplicates = len(ledger) - len(counts)
 
-    acked = {(p.topic, p.partition, p.offset): p for p in produced}
+    acked = {(ops.name(p.topic, p.produced_ms), p.partition, p.offset): p for p in produced}
     v.foreign_records = sum(1 for k in counts if k not in acked)
-    present_set = set(present) if present is not None else None
+    present_set = {(ops.final_name(t), p, o) for t, p, o in present} if present is not None else None
 
     spans: dict[TP, list[tuple[int, int]]] = defaultdict(list)
     skipped_by_tp: dict[TP, int] = defaultdict(int)
     for t in tokens:
-        spans[(t.topic, t.partition)].append((t.span.start, t.span.end))
-        skipped_by_tp[(t.topic, t.partition)] += t.skipped
+        if t.is_superseded:
+            continue  # a retired range's records were read again: it accounts for none of them
+        tp = (ops.final_name(t.topic), t.partition)
+        spans[tp].append((t.span.start, t.span.end))
+        skipped_by_tp[tp] += t.skipped
     deleted_in_range: dict[TP, int] = defaultdict(int)
     deleted_outside: dict[TP, int] = defaultdict(int)
     lost: list[tuple[str, int, int]] = []
@@ -222,7 +373,13 @@ def analyze(
         if done is not None:
             waits.append(max(0, done - p.produced_ms))
             continue
-        tp = (p.topic, p.partition)
+        if ops.ended(p.topic, p.produced_ms):
+            v.deleted_with_topic += 1
+            continue
+        if ops.skipped(p.topic, p.partition, p.offset, p.produced_ms):
+            v.operator_skipped += 1
+            continue
+        tp = (k[0], p.partition)
         if p.offset < lows.get(tp, 0):
             if any(s <= p.offset < e for s, e in spans.get(tp, ())):
                 deleted_in_range[tp] += 1
@@ -242,8 +399,12 @@ def analyze(
         max(0, n - skipped_by_tp.get(tp, 0)) for tp, n in deleted_in_range.items()
     )
 
+    missing = not_reread(acked, last_done, ops, lows)
+    v.not_reread = len(missing)
+    v.not_reread_sample = sorted(missing)[:20]
+
     _incarnation_stats(v, ledger, incarnations)
-    _range_stats(v, ledger, tokens)
+    _range_stats(v, ledger, tokens, ops)
     if owners is not None and assigned is not None:
         for t in tokens:
             if t.is_open or t.owner is None:
@@ -282,30 +443,31 @@ def ranges_handed_over(ledger: Iterable[LedgerEntry]) -> int:
     return sum(1 for m in members.values() if len(m) > 1)
 
 
-def _range_stats(v: Verdict, ledger: Sequence[LedgerEntry], tokens: Sequence[Token]) -> None:
+def _range_stats(v: Verdict, ledger: Sequence[LedgerEntry], tokens: Sequence[Token], ops: OperatorLog) -> None:
     v.ranges_opened = len(tokens)
     v.ranges_open = sum(1 for t in tokens if t.is_open)
     v.ranges_finished = v.ranges_opened - v.ranges_open
     v.range_claims = sum(max(0, t.epoch - 1) for t in tokens)
-    holders: dict[tuple[int, int], set[str]] = defaultdict(set)
-    windows: dict[int, dict[str, list[int]]] = defaultdict(dict)
+    holders: dict[tuple[int, int, int], set[str]] = defaultdict(set)
+    windows: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(dict)
     for e in ledger:
         if e.token is None:
             continue
         v.backfilled_records += 1
-        holders[(e.token, e.epoch or 0)].add(e.incarnation)
-        w = windows[e.token].get(e.incarnation)
+        era = ops.era(e.done_ms)
+        holders[(e.token, e.epoch or 0, era)].add(e.incarnation)
+        w = windows[(e.token, era)].get(e.incarnation)
         if w is None:
-            windows[e.token][e.incarnation] = [e.done_ms, e.done_ms]
+            windows[(e.token, era)][e.incarnation] = [e.done_ms, e.done_ms]
         else:
             w[0] = min(w[0], e.done_ms)
             w[1] = max(w[1], e.done_ms)
     v.ranges_handed_over = ranges_handed_over(ledger)
-    for (token, epoch), incs in sorted(holders.items()):
+    for (token, epoch, _era), incs in sorted(holders.items()):
         if len(incs) > 1:
             v.epoch_conflicts += 1
             v.fencing_sample.append(f"range #{token} epoch {epoch} held by {sorted(incs)}")
-    for token, by_inc in sorted(windows.items()):
+    for (token, _era), by_inc in sorted(windows.items()):
         ordered = sorted(by_inc.items(), key=lambda kv: kv[1][0])
         for (a, wa), (b, wb) in itertools.pairwise(ordered):
             if wb[0] < wa[1]:

@@ -41,8 +41,15 @@ def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
+def _operator_actions(text: str) -> list[str]:
+    from fastrecover_tools.chaos.operator import ACTIONS
+
+    return [] if text.strip() == "none" else _names(ACTIONS)(text)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from fastrecover_tools.chaos.driver import COMMIT_MODES, GROUP_PROTOCOLS
+    from fastrecover_tools.chaos.operator import ACTIONS
 
     p.add_argument(
         "--bootstrap-servers",
@@ -111,6 +118,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0.1,
         help="share of incarnations whose child thread raises mid-range (default 0.1)",
     )
+    p.add_argument(
+        "--operator-actions",
+        type=_operator_actions,
+        default=list(ACTIONS),
+        help=f"operator actions mixed into the kill schedule, or none (default: all of {','.join(ACTIONS)})",
+    )
+    p.add_argument(
+        "--operator-every",
+        type=int,
+        default=10,
+        help="one operator action every this many kills (default 10)",
+    )
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--seed", type=int, help="random seed (default: random)")
     p.add_argument("--drain-timeout", type=float, default=300.0, help="seconds the final drain may take")
@@ -161,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             drain_timeout_s=args.drain_timeout,
             group_protocol=args.group_protocol,
+            operator_actions=args.operator_actions,
+            operator_every=args.operator_every,
         )
         print(
             f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "

@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaException, TopicPartition
+from sqlalchemy.exc import SQLAlchemyError
 
 import fastrecover
 import fastrecover_tools
@@ -50,16 +51,21 @@ from fastrecover.store.engine import url_for_child
 from fastrecover.tokens import Token
 from fastrecover_tools.chaos.checker import (
     Incarnation,
+    Key,
+    OperatorLog,
+    Produced,
     Verdict,
     analyze,
+    not_reread,
     parse_ledger_line,
     parse_produced_line,
     read_ledgers,
     read_produced,
 )
+from fastrecover_tools.chaos.operator import ACTIONS, NEEDS_STOP, Operator
 from fastrecover_tools.chaos.producer import SequencedProducer, read_topic
-from fastrecover_tools.testing.broker import create_topic
-from fastrecover_tools.testing.waiting import Deadline
+from fastrecover_tools.testing.broker import create_topic, group_is_empty
+from fastrecover_tools.testing.waiting import Deadline, wait_for
 from fastrecover_tools.testing.worker import APIS, STALL_POINTS
 
 log = logging.getLogger("fastrecover_tools.chaos")
@@ -116,6 +122,11 @@ class ChaosConfig:
     worker_args: Sequence[str] = ()
     #: the member process's module (tests swap in a shim, e.g. for group.protocol=consumer)
     worker_module: str = "fastrecover_tools.testing.worker"
+    #: operator actions (:data:`fastrecover_tools.chaos.operator.ACTIONS`) mixed into the kill schedule;
+    #: none by default, so a fault test's seed gives the schedule it always gave
+    operator_actions: Sequence[str] = ()
+    #: one operator action every this many kills
+    operator_every: int = 10
 
     def __post_init__(self) -> None:
         if self.cycles < 0 or self.members < 1 or self.topics < 1 or self.partitions < 1:
@@ -132,6 +143,11 @@ class ChaosConfig:
             raise ValueError(f"stall points must be among {STALL_POINTS}, got {bad}")
         if not (0 <= self.stall_share <= 1 and 0 <= self.fail_child_share <= 1):
             raise ValueError("stall_share and fail_child_share are fractions in [0, 1]")
+        bad = [a for a in self.operator_actions if a not in ACTIONS]
+        if bad:
+            raise ValueError(f"operator actions must be among {ACTIONS}, got {bad}")
+        if self.operator_every < 1:
+            raise ValueError(f"operator_every must be >= 1, got {self.operator_every}")
 
 
 @dataclass
@@ -159,6 +175,8 @@ class ChaosResult:
     degraded_recoveries: int = 0
     produced_failed: int = 0
     notes: list[str] = field(default_factory=list)
+    #: what the operator did, in order ("reset-earliest: t to [0]=0, ...")
+    operator: list[str] = field(default_factory=list)
 
 
 class WorkerProc:
@@ -341,6 +359,22 @@ class ChaosDriver:
         self.stalls_missed = 0
         self._target = 0
         self._began = time.monotonic()
+        self.partitions = {t: config.partitions for t in self.topics}
+        self.operator: Operator | None = None
+        if config.operator_actions:
+            # its own generator: the kill schedule of a seed does not depend on the operator's draws
+            rng = random.Random(f"operator-{config.seed}") if config.seed is not None else random.Random()
+            self.operator = Operator(
+                config.bootstrap,
+                self.group,
+                self.topics,
+                self.partitions,
+                config.store_url,
+                rng,
+                max_partitions=2 * config.partitions,
+                on_partitions=self._partitions_added,
+            )
+        self._next_act = config.operator_every
 
     # ---- members -------------------------------------------------------------------------------
 
@@ -495,7 +529,69 @@ class ChaosDriver:
         self._target = target
         while self.kills < target:
             self._step()
+            if self.operator is not None and self._next_act <= self.kills < target:
+                self.operator_act()
+                self._next_act = self.kills + self.config.operator_every
             time.sleep(_TICK_S)
+
+    # ---- the operator --------------------------------------------------------------------------
+
+    def operator_act(self, action: str | None = None) -> None:
+        """One operator action (drawn from the configured ones unless given), the way an operator does it.
+
+        Actions Kafka refuses for a live group (resets, deleting the group) and those an operator
+        does with the application down (a topic re-created, the store restored) first stop every
+        member, half the time with SIGKILL and half with SIGTERM, and wait until the group is
+        empty; the members come back after the usual downtime.  The store is backed up at each
+        stop, and ``restore-store`` goes back to the last backup.
+        """
+        op = self.operator
+        if op is None:
+            raise RuntimeError("no operator actions configured")
+        action = action or op.rng.choice(list(self.config.operator_actions))
+        if action in NEEDS_STOP:
+            for m in self.members:
+                if m.proc is not None:
+                    if op.rng.random() < 0.5:
+                        m.proc.kill("killed")
+                    else:
+                        m.proc.terminate(20)
+                    m.proc = None
+                m.restart_at = None
+            wait = self.config.session_ms / 1000 + 30 if self.config.group_protocol == "classic" else 75.0
+            try:
+                wait_for(lambda: group_is_empty(self.config.bootstrap, self.group), wait, 0.2, "the group to empty")
+            except TimeoutError as exc:
+                self.notes.append(f"operator: {action} not done: {exc}")
+                self._schedule_restarts()
+                return
+        try:
+            if action in NEEDS_STOP and action != "restore-store":
+                op.backup()
+            if action == "recreate-topic" and self.producer is not None:
+                self.producer.pause()
+                try:
+                    op.act(action)
+                finally:
+                    self.producer.resume()
+            else:
+                op.act(action)
+        except (KafkaException, SQLAlchemyError, StoreError) as exc:
+            # the campaign goes on (an action half done is still one an operator could have done); the note
+            # is printed with the verdict
+            self.notes.append(f"operator: {action} failed: {exc}")
+            log.warning("operator: %s failed: %s", action, exc)
+        self._schedule_restarts()
+
+    def _schedule_restarts(self) -> None:
+        now = time.monotonic()
+        for m in self.members:
+            if m.proc is None and m.restart_at is None:
+                m.restart_at = now + self.rng.uniform(*self.config.down_s)
+
+    def _partitions_added(self, topic: str, count: int) -> None:
+        if self.producer is not None:
+            self.producer.set_partitions(topic, count)
 
     def kill(self, index: int, how: str = "killed") -> WorkerProc:
         """SIGKILL member ``index`` now (for tests that script the faults); it is not restarted by itself."""
@@ -591,10 +687,17 @@ class ChaosDriver:
             return []
 
     def wait_covered(self, deadline: Deadline) -> bool:
-        """Wait until every acknowledged record (that retention left) is in the ledger."""
+        """Wait until every acknowledged record (that retention left) is in the ledger.
+
+        With operator actions, as the verdict counts (:class:`OperatorLog`): records of a deleted
+        topic generation or skipped by a reset forward are not waited for, and records a reset
+        moved the group back over must be finished again after it.
+        """
+        ops = self._operator_log()
         tail = _Tail()
-        acked: set[tuple[str, int, int]] = set()
-        done: set[tuple[str, int, int]] = set()
+        acked: dict[Key, Produced] = {}
+        last_done: dict[Key, int] = {}
+        rereads: dict[Key, int] | None = None
         watermarks = PlainConsumer({"bootstrap.servers": self.config.bootstrap, "group.id": self.group + "-wm"})
         try:
             lows: dict[tuple[str, int], int] = {}
@@ -603,22 +706,36 @@ class ChaosDriver:
                 for line in tail.new_lines([self.produced_log]):
                     p = parse_produced_line(line)
                     if p is not None:
-                        acked.add((p.topic, p.partition, p.offset))
+                        acked[(ops.name(p.topic, p.produced_ms), p.partition, p.offset)] = p
                 ledgers = sorted((self.workdir / "ledger").glob("*.ledger"))
                 for line in tail.new_lines(ledgers):
                     e = parse_ledger_line(line)
                     if e is not None:
-                        done.add((e.topic, e.partition, e.offset))
-                missing = acked - done
+                        k = (ops.name(e.topic, e.produced_ms), e.partition, e.offset)
+                        last_done[k] = max(last_done.get(k, -1), e.done_ms)
+                missing = {
+                    k
+                    for k, p in acked.items()
+                    if k not in last_done
+                    and not ops.ended(p.topic, p.produced_ms)
+                    and not ops.skipped(p.topic, p.partition, p.offset, p.produced_ms)
+                }
+                # the producer stopped before the drain: the obligations are known once, then only shrink
+                if rereads is None:
+                    rereads = not_reread(acked, last_done, ops, lows)
+                else:
+                    rereads = {k: at for k, at in rereads.items() if last_done.get(k, -1) < at}
+                missing.update(rereads)
                 if missing and time.monotonic() >= next_lows:
                     next_lows = time.monotonic() + 2.0
-                    for topic, part in {(k[0], k[1]) for k in missing}:
+                    for name, part in {(k[0], k[1]) for k in missing}:
+                        topic = name.split("~", 1)[0]  # "~" is not allowed in a topic's name
                         try:
                             low, _high = watermarks.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
                         except KafkaException as exc:  # a slow broker (e.g. just restarted): ask on the next pass
                             log.info("drain: log start of %s[%d] unknown for now: %s", topic, part, exc)
                             continue
-                        lows[(topic, part)] = low
+                        lows[(name, part)] = low
                 missing = {k for k in missing if k[2] >= lows.get((k[0], k[1]), 0)}
                 if not missing:
                     return True
@@ -647,6 +764,9 @@ class ChaosDriver:
 
     # ---- the verdict ---------------------------------------------------------------------------
 
+    def _operator_log(self) -> OperatorLog:
+        return OperatorLog(self.operator.effects if self.operator is not None else ())
+
     def _ownership(self, tokens: Sequence[Token]) -> tuple[dict[str, str], dict[str, set[tuple[str, int]]]]:
         """Token owner id -> incarnation (owner ids are ``host:pid:suffix``), incarnation -> partitions."""
         by_pid = {int(e["pid"]): p.name for p in self.procs if (e := p.has("started")) is not None}
@@ -674,7 +794,7 @@ class ChaosDriver:
         except StoreError as exc:
             tokens = []
             self.notes.append(f"could not read the store for the verdict: {exc}")
-        lows, present = read_topic(c.bootstrap, self.topics, c.partitions)
+        lows, present = read_topic(c.bootstrap, self.topics, self.partitions)
         incs = [p.incarnation() for p in self.procs]
         owners, assigned = self._ownership(tokens)
         verdict = analyze(
@@ -687,6 +807,7 @@ class ChaosDriver:
             malformed_lines=bad,
             owners=owners,
             assigned=assigned,
+            operator=self._operator_log(),
         )
         result = ChaosResult(
             verdict,
@@ -700,6 +821,7 @@ class ChaosDriver:
             incs,
             stalls_missed=self.stalls_missed,
             notes=list(self.notes),
+            operator=list(self.operator.done) if self.operator is not None else [],
         )
         for p in self.procs:
             result.commit_modes[p.commit_mode] += 1

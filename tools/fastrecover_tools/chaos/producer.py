@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 log = logging.getLogger("fastrecover_tools.chaos")
 
@@ -53,8 +53,11 @@ class SequencedProducer:
             "message.timeout.ms": 300_000,
             **(config or {}),
         }
+        self._counts = {t: partitions for t in self.topics}
         self._flush_timeout = 120.0
         self._stop = threading.Event()
+        self._pause = threading.Event()
+        self._paused = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
         self._lock = threading.Lock()
         self.sent = 0
@@ -62,6 +65,7 @@ class SequencedProducer:
         self.failed = 0
         self.errors: list[str] = []
         self._seq: dict[tuple[str, int], int] = {}
+        self._index = 0
 
     def __enter__(self) -> SequencedProducer:
         self.start()
@@ -81,9 +85,31 @@ class SequencedProducer:
         if self._thread.is_alive():
             raise TimeoutError(f"producer did not flush within {flush_timeout:g} s")
 
+    def pause(self, timeout: float = 120.0) -> None:
+        """Stop producing until :meth:`resume`, once every sent record is acknowledged (or failed).
+
+        The producer itself is closed: an operator about to delete a topic must not leave
+        records in flight to it, and the idempotent producer's sequence numbers for its
+        partitions must not outlive it.
+        """
+        self._pause.set()
+        if not self._paused.wait(timeout):
+            raise TimeoutError(f"producer did not pause within {timeout:g} s")
+
+    def resume(self) -> None:
+        self._paused.clear()
+        self._pause.clear()
+
+    def set_partitions(self, topic: str, count: int) -> None:
+        """``topic`` has ``count`` partitions now: produce to every one of them."""
+        with self._lock:
+            self._counts[topic] = count
+
+    def _targets(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return [(t, p) for t in self.topics for p in range(self._counts[t])]
+
     def _run(self) -> None:
-        producer = Producer(self._conf)
-        targets = [(t, p) for t in self.topics for p in range(self.partitions)]
         began = time.monotonic()
         with open(self.log_path, "a", buffering=1, encoding="utf-8") as out:
 
@@ -99,37 +125,60 @@ class SequencedProducer:
                 with self._lock:
                     self.acked += 1
 
-            index = 0
             while not self._stop.is_set():
-                due = int((time.monotonic() - began) * self.rate) - self.sent
-                for _ in range(max(0, due)):
-                    topic, partition = targets[index % len(targets)]
-                    index += 1
-                    seq = self._seq.get((topic, partition), 0)
-                    try:
-                        producer.produce(
-                            topic,
-                            value=str(seq).encode(),
-                            key=str(seq).encode(),
-                            partition=partition,
-                            on_delivery=report,
-                        )
-                    except BufferError:
-                        index -= 1
-                        break  # local queue full (broker away): try again next tick
-                    self._seq[(topic, partition)] = seq + 1
-                    self.sent += 1
-                producer.poll(_TICK_S)
-            remaining = producer.flush(self._flush_timeout)
-            if remaining:
-                log.error("producer: %d records still unacknowledged at the end", remaining)
+                producer = Producer(self._conf)
+                began = self._produce(producer, report, began)
+                remaining = producer.flush(self._flush_timeout)
+                if remaining:
+                    log.error("producer: %d records still unacknowledged at the end", remaining)
+                del producer
+                if self._stop.is_set():
+                    break
+                self._paused.set()
+                while self._pause.is_set() and not self._stop.is_set():
+                    time.sleep(_TICK_S)
+                began = time.monotonic() - self.sent / self.rate  # no burst to make up for the pause
         log.info("producer: %d sent, %d acknowledged, %d failed", self.sent, self.acked, self.failed)
+
+    def _produce(self, producer: Producer, report: Any, began: float) -> float:
+        """Produce at the rate until stopped or paused; returns the rate's time origin."""
+        while not self._stop.is_set() and not self._pause.is_set():
+            targets = self._targets()
+            due = int((time.monotonic() - began) * self.rate) - self.sent
+            for _ in range(max(0, due)):
+                topic, partition = targets[self._index % len(targets)]
+                seq = self._seq.get((topic, partition), 0)
+                try:
+                    producer.produce(
+                        topic,
+                        value=str(seq).encode(),
+                        key=str(seq).encode(),
+                        partition=partition,
+                        on_delivery=report,
+                    )
+                except BufferError:
+                    break  # local queue full (broker away): try again next tick
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                        raise
+                    # partitions were just added: the producer's metadata does not show them yet
+                    producer.list_topics(topic, timeout=10)
+                    break
+                self._index += 1
+                self._seq[(topic, partition)] = seq + 1
+                self.sent += 1
+            producer.poll(_TICK_S)
+        return began
 
 
 def read_topic(
-    bootstrap: str, topics: Sequence[str], partitions: int, timeout: float = 120.0
+    bootstrap: str, topics: Sequence[str], partitions: int | Mapping[str, int], timeout: float = 120.0
 ) -> tuple[dict[tuple[str, int], int], set[tuple[str, int, int]]]:
-    """Low watermark of every partition and every (topic, partition, offset) the topic still holds."""
+    """Low watermark of every partition and every (topic, partition, offset) the topics still hold.
+
+    ``partitions`` is every topic's count, or a count per topic (partitions were added).
+    """
+    counts = {t: partitions for t in topics} if isinstance(partitions, int) else dict(partitions)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -143,7 +192,7 @@ def read_topic(
         highs: dict[tuple[str, int], int] = {}
         assign = []
         for t in topics:
-            for p in range(partitions):
+            for p in range(counts[t]):
                 low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=30)
                 lows[(t, p)], highs[(t, p)] = low, high
                 if high > low:

@@ -36,6 +36,9 @@ def verdict_rows(v: Verdict) -> list[tuple[str, str]]:
         ("deleted by retention before finished", str(v.retention_deleted_unfinished)),
         ("skipped recorded on range tokens", str(v.skipped_recorded)),
         ("deleted and not accounted for", str(v.unaccounted)),
+        ("records not delivered again after a reset back", str(v.not_reread)),
+        ("records a reset forward skipped (excused)", str(v.operator_skipped)),
+        ("records deleted with their topic unfinished", str(v.deleted_with_topic)),
         ("longest wait produce -> finished", _ms(v.wait_ms.max)),
         ("wait produce -> finished", _stats(v.wait_ms)),
         ("time to fresh after each (re)start", _stats(v.time_to_fresh_ms)),
@@ -61,6 +64,7 @@ def result_rows(r: ChaosResult) -> list[tuple[str, str]]:
         ("commit styles (incarnations)", _counter(r.commit_modes)),
         ("read with (incarnations)", _counter(r.apis)),
         ("kills at a stall point", _counter(r.stalls)),
+        ("operator actions (every one listed below)", str(len(r.operator))),
         ("stall points not reached (killed at a random time)", str(r.stalls_missed)),
         ("child threads failed on purpose", str(r.child_failures)),
         ("incarnations ended by a fatal consumer error", str(r.fatal_exits)),
@@ -91,6 +95,8 @@ def format_result(r: ChaosResult) -> str:
     out.append(f"verdict: {status}")
     for line in v.fencing_sample[:10]:
         out.append(f"  fencing: {line}")
+    for act in r.operator:
+        out.append(f"  operator: {act}")
     for note in r.notes:
         out.append(f"  note: {note}")
     return "\n".join(out)
@@ -118,6 +124,7 @@ def result_json(r: ChaosResult) -> dict[str, Any]:
         "recoveries": r.recoveries,
         "degraded_recoveries": r.degraded_recoveries,
         "notes": r.notes,
+        "operator": r.operator,
     }
 
 
