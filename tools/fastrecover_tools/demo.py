@@ -5,6 +5,13 @@ acknowledged; a consumer *process* that commits as it goes is SIGKILLed;
 production continues so a lag builds; the consumer is restarted.  Once with a
 plain ``confluent_kafka.Consumer``, once with ``enable.parallel.rebalance``.
 
+The consumer runs with the README quickstart's settings (:data:`QUICKSTART`:
+a ``group.instance.id``, the same for the crashed and the restarted process,
+and a 10 s session), and the restart is what a supervisor does: a new process
+``--down-seconds`` after the kill, without waiting for anything else, such as
+the dead member leaving the group.  The table shows the time from the SIGKILL
+to the first fresh record besides the times from the restart.
+
 Each run goes on until the restarted consumer has delivered every record the
 producer had acknowledged and, with fastrecover, until the store holds no open
 range of the group (with deadlines: a run that does not get there fails, and
@@ -46,7 +53,6 @@ from fastrecover_tools.testing.broker import (
     create_topic,
     delete_topic,
     docker_available,
-    group_is_empty,
     select_broker,
 )
 from fastrecover_tools.testing.driver import EventProcess, SteadyProducer
@@ -61,6 +67,15 @@ DEFAULT_OUT = "demo-output"
 MARKER = ".fastrecover-demo"
 PLAIN = "plain confluent_kafka.Consumer"
 PARALLEL = "fastrecover.Consumer with enable.parallel.rebalance"
+
+#: The consumer settings of the README's quickstart: static membership and a 10 s session.
+QUICKSTART_SESSION_MS = 10_000
+
+
+def quickstart_args(label: str) -> list[str]:
+    """Worker arguments for the quickstart's settings; one ``group.instance.id`` per story (both processes)."""
+    return ["--group-instance-id", f"demo-{label}-1", "--session-ms", str(QUICKSTART_SESSION_MS)]
+
 
 # kept for callers of the old API (tests monkeypatch run_story with a function returning one)
 DemoResult = StoryResult
@@ -99,7 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--down-seconds",
         type=float,
         default=15.0,
-        help="how long the consumer stays dead while the lag builds (default 15)",
+        help="how long the SIGKILLed consumer stays down while the lag builds; then a new process starts at "
+        "once, like a supervisor's restart (default 15)",
     )
     parser.add_argument(
         "--work-us", type=int, default=100, help="simulated processing time per record in microseconds (default 100)"
@@ -151,16 +167,16 @@ def prepare_out(path: Path) -> Path:
     return path
 
 
-def _lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
-    """The group's lag now: log end minus committed offset (log start where none), over all partitions."""
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset of each partition (the log start where none), read without joining."""
     c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=15)
-        lag = 0
+        out = {}
         for tp in tps:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=15)
-            lag += high - (tp.offset if tp.offset >= 0 else low)
-        return lag
+            low, _high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=15)
+            out[tp.partition] = tp.offset if tp.offset >= 0 else low
+        return out
     finally:
         c.close()
 
@@ -193,6 +209,7 @@ def run_story(
     base = [
         *("--bootstrap", bootstrap, "--topic", topic, "--group", group, "--ledger", str(ledger.path)),
         *("--commit", "sync", "--commit-every", "200", "--work-us", str(work_us)),
+        *quickstart_args(label),
     ]
     # the store URL on argv carries no secret (ps shows argv); main() put the secrets in the environment
     argv_url, _ = url_for_child(store_url)
@@ -213,20 +230,17 @@ def run_story(
                 0.1,
                 "the first consumer to make progress",
             )
+            crash_wall = time.time()
             first.kill()
             killed_at = producer.sent
             say(f"consumer killed with SIGKILL after {killed_at} records were produced; producing on")
             down = Deadline(lag_seconds)
-            # the mock cluster cannot describe groups; the dead member's session expires meanwhile
-            wait_for(
-                lambda: down.expired() and (auto_create or group_is_empty(bootstrap, group)),
-                lag_seconds + 60,
-                0.1,
-                "the lag to build and the dead member to leave the group",
-            )
-            lag = _lag(bootstrap, group, topic, partitions)
+            # the dead process's last commit, read during the downtime: the lag is everything produced after it
+            committed = _committed(bootstrap, group, topic, partitions)
+            # a supervisor restarts the process when the downtime is over; nothing else is awaited
+            wait_for(down.expired, lag_seconds + 60, 0.01, f"the downtime of {lag_seconds:g} s")
             restart_wall = time.time()
-            say(f"restarting the consumer {lag} records behind")
+            say(f"restarting the consumer {restart_wall - crash_wall:.2f} s after the kill")
             second = EventProcess(
                 _WORKER, [*base, "--member", demo_report.RESTARTED, "--first-fresh-after", f"{restart_wall:.3f}"], wlog
             )
@@ -235,7 +249,11 @@ def run_story(
                 fresh = wait_for(
                     lambda: second.event("fresh") or {}, deadline.remaining(), 0.05, "the first fresh record"
                 )
-                say(f"first record produced after the restart delivered after {float(fresh['t']) - restart_wall:.2f} s")
+                fresh_at = float(fresh["t"])
+                say(
+                    f"first record produced after the restart delivered {fresh_at - restart_wall:.2f} s after the "
+                    f"restart, {fresh_at - crash_wall:.2f} s after the kill"
+                )
 
                 def caught_up() -> bool:
                     ledger.read()
@@ -283,13 +301,15 @@ def run_story(
                 ) from exc
             finally:
                 second.kill(signal.SIGTERM)  # commits what it finished and closes
+        acked = producer.acked()
         return demo_report.measure(
             label,
             PARALLEL if parallel else PLAIN,
             ledger,
-            producer.acked(),
+            acked,
             restart_wall=restart_wall,
-            lag_at_restart=lag,
+            crash_wall=crash_wall,
+            lag_at_restart=demo_report.lag_at(acked, committed, restart_wall),
             open_ranges_left=_open_ranges(store_url, group) if parallel else None,
         )
     finally:

@@ -87,6 +87,12 @@ def caught_up_s(ledger: Ledger, restart_wall: float) -> float | None:
     return (ledger.last_late_ms - restart_wall * 1000) / 1000 if ledger.last_late_ms else None
 
 
+def lag_at(acked: Mapping[tuple[int, int], int], committed: Mapping[int, int], wall: float) -> int:
+    """Records produced before ``wall`` (epoch s) at or past the committed offset of their partition."""
+    wall_ms = wall * 1000
+    return sum(1 for (p, o), ts in acked.items() if ts < wall_ms and o >= committed.get(p, 0))
+
+
 @dataclass
 class StoryResult:
     """One run of the story, measured."""
@@ -102,6 +108,8 @@ class StoryResult:
     lost: int
     duplicates: int
     open_ranges_left: int | None  # None: no store (the plain consumer)
+    crash_to_fresh_s: float | None = None  # from the SIGKILL to the first record produced after the restart
+    down_s: float | None = None  # from the SIGKILL to the restart (the new process started)
     samples: list[tuple[float, float, bool]] = field(default_factory=list, repr=False)  # (t, latency, backfill)
 
     def to_json(self) -> dict[str, object]:
@@ -119,6 +127,7 @@ def measure(
     restart_wall: float,
     lag_at_restart: int,
     open_ranges_left: int | None,
+    crash_wall: float | None = None,
 ) -> StoryResult:
     """The story's numbers from the producer's acknowledgements and the finished ledger."""
     ledger.read()
@@ -136,6 +145,8 @@ def measure(
         consumer=consumer,
         lag_at_restart=lag_at_restart,
         time_to_fresh_s=(min(fresh) - restart_ms) / 1000 if fresh else None,
+        crash_to_fresh_s=(min(fresh) - crash_wall * 1000) / 1000 if fresh and crash_wall is not None else None,
+        down_s=restart_wall - crash_wall if crash_wall is not None else None,
         backlog_delivered_s=(max(backlog) - restart_ms) / 1000 if backlog else None,
         caught_up_s=caught_up_s(ledger, restart_wall),
         acked=len(acked),
@@ -154,7 +165,10 @@ def _seconds(value: float | None) -> str:
 def format_table(results: Sequence[StoryResult]) -> str:
     """The side-by-side comparison the demo prints."""
     rows: list[tuple[str, ...]] = [
-        ("measured from the restart", *(r.label for r in results)),
+        ("measured from the SIGKILL", *(r.label for r in results)),
+        ("restart (a new process started)", *(_seconds(r.down_s) for r in results)),
+        ("crash to the first fresh record", *(_seconds(r.crash_to_fresh_s) for r in results)),
+        ("measured from the restart", *("" for _ in results)),
         ("lag at the restart (records)", *(str(r.lag_at_restart) for r in results)),
         ("time to the first fresh record", *(_seconds(r.time_to_fresh_s) for r in results)),
         ("every record produced before the restart delivered", *(_seconds(r.backlog_delivered_s) for r in results)),

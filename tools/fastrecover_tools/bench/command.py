@@ -31,6 +31,7 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from fastrecover_tools.bench.crash import KIP848_HEARTBEAT_MS, KIP848_SESSION_MS, SETUPS
     from fastrecover_tools.bench.patterns import PATTERNS
     from fastrecover_tools.bench.run import FULL, QUICK, SCENARIOS
 
@@ -42,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"smoke-run sizes (lags {QUICK.lags}, {QUICK.steady_records:,} steady records, 2 repeats): "
+        help=f"smoke-run sizes (lags {QUICK.lags}, crash lags {QUICK.crash_lags}, {QUICK.steady_records:,} steady "
+        "records, 2 repeats): "
         "checks the harness in a few minutes; its ratios mean nothing",
     )
     parser.add_argument(
@@ -95,6 +97,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"per-message commits per store run (default {FULL.store_commits}; batched runs do a quarter)",
     )
     parser.add_argument(
+        "--crash-lags",
+        type=_ints,
+        help=f"lags of the crash runs: SIGKILL, restart after --crash-down (default {FULL.crash_lags}; "
+        "the issue's full set: 1000,10000,100000,1000000,10000000)",
+    )
+    parser.add_argument(
+        "--crash-setups",
+        default=",".join(SETUPS),
+        help=f"comma-separated consumer settings of the crash runs, of {','.join(SETUPS)} (default: all)",
+    )
+    parser.add_argument(
+        "--crash-down",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long a crashed consumer stays down before its restart (default 3)",
+    )
+    parser.add_argument("--crash-repeats", type=_positive, help="repeats of every crash cell (default: --repeats)")
+    parser.add_argument(
+        "--crash-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="crash → first fresh record deadline of a crash run, restarts after fatal errors included, "
+        "plus lag / 10,000 records/s (default 120)",
+    )
+    parser.add_argument(
+        "--kip848-session-ms",
+        type=int,
+        default=KIP848_SESSION_MS,
+        help=f"consumer.session.timeout.ms set on each group.protocol=consumer group (default {KIP848_SESSION_MS}, "
+        "Kafka's default for group.consumer.session.timeout.ms; 0 keeps the broker's)",
+    )
+    parser.add_argument(
+        "--kip848-heartbeat-ms",
+        type=int,
+        default=KIP848_HEARTBEAT_MS,
+        help=f"consumer.heartbeat.interval.ms of those groups (default {KIP848_HEARTBEAT_MS}; 0 keeps the broker's)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -113,9 +155,10 @@ def _csv(text: str) -> list[str]:
 
 
 def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> object:
+    from fastrecover_tools.bench.crash import SETUPS
     from fastrecover_tools.bench.patterns import PATTERNS
     from fastrecover_tools.bench.redact import mask_command, url_secrets
-    from fastrecover_tools.bench.run import FULL, QUICK, SCENARIOS, BenchOptions, Sizes
+    from fastrecover_tools.bench.run import FULL, QUICK, SCENARIOS, BenchOptions, CrashOptions, Sizes
 
     only = set(_csv(args.only))
     unknown = only - set(SCENARIOS)
@@ -129,6 +172,18 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
         raise ConfigError(
             f"--patterns: unknown pattern(s) {', '.join(bad) or '(none)'}; choose from {', '.join(PATTERNS)}"
         )
+    setups = _csv(args.crash_setups)
+    bad = [s for s in setups if s not in SETUPS]
+    if bad or not setups:
+        raise ConfigError(
+            f"--crash-setups: unknown setting(s) {', '.join(bad) or '(none)'}; choose from {', '.join(SETUPS)}"
+        )
+    if args.crash_down < 0:
+        raise ConfigError(f"--crash-down must be 0 or more, got {args.crash_down}")
+    if args.crash_timeout <= 0:
+        raise ConfigError(f"--crash-timeout must be positive, got {args.crash_timeout}")
+    if args.kip848_session_ms < 0 or args.kip848_heartbeat_ms < 0:
+        raise ConfigError("--kip848-session-ms and --kip848-heartbeat-ms must be 0 (the broker's) or more")
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 3)
     if repeats < 1:
         raise ConfigError(f"--repeats must be at least 1, got {repeats}")
@@ -145,6 +200,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
         "steady_records": args.steady_records,
         "steady_repeats": args.steady_repeats,
         "store_commits": args.store_commits,
+        "crash_lags": args.crash_lags,
     }
     sizes = Sizes(**{**vars(base), **{k: v for k, v in overrides.items() if v is not None}})
     words = ["fastrecover", *(sys.argv[1:] if argv is None else argv)]
@@ -161,6 +217,14 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
         doc=Path(args.doc) if args.doc else None,
         spark=args.spark,
         profile=args.profile,
+        crash=CrashOptions(
+            setups=setups,
+            down_s=args.crash_down,
+            repeats=args.crash_repeats,
+            timeout_s=args.crash_timeout,
+            kip848_session_ms=args.kip848_session_ms,
+            kip848_heartbeat_ms=args.kip848_heartbeat_ms,
+        ),
         command=shlex.join(mask_command(words)),
         secrets=secrets,
     )

@@ -75,7 +75,7 @@ OnMessage = Callable[[Any], None] | None
 OnBatch = Callable[[], None] | None
 
 
-def _commit_ignoring_nothing(commit: Callable[..., Any], **kwargs: Any) -> None:
+def commit_ignoring_nothing(commit: Callable[..., Any], **kwargs: Any) -> None:
     """An offset-less commit with nothing new to commit raises _NO_OFFSET: for this loop that is no error."""
     try:
         commit(**kwargs)
@@ -98,9 +98,9 @@ def hooks(consumer: Any, pattern: str) -> tuple[OnMessage, OnBatch]:
     if pattern == "msg-sync":
         return (lambda m: commit(message=m, asynchronous=False)), None
     if pattern == "batch-async":
-        return None, (lambda: _commit_ignoring_nothing(commit, asynchronous=True))
+        return None, (lambda: commit_ignoring_nothing(commit, asynchronous=True))
     if pattern == "batch-sync":
-        return None, (lambda: _commit_ignoring_nothing(commit, asynchronous=False))
+        return None, (lambda: commit_ignoring_nothing(commit, asynchronous=False))
     if pattern == "store":
         store = consumer.store_offsets
         return (lambda m: store(message=m)), None

@@ -47,8 +47,11 @@ class Stat:
     def to_dict(self) -> dict[str, Any]:
         return {"median": self.median, "min": self.low, "max": self.high, "n": self.n, "values": list(self.values)}
 
-    def cell(self, digits: int = 2, scale: float = 1.0, thousands: bool = False) -> str:
-        """``median (min-max)``, or ``n/a`` when no run produced a value."""
+    def cell(self, digits: int = 2, scale: float = 1.0, thousands: bool = False, show_spread: bool = False) -> str:
+        """``median (min-max)``, or ``n/a`` when no run produced a value.
+
+        ``show_spread`` adds the spread as a percentage of the median: ``median (min-max, 4 %)``.
+        """
         if self.median is None or self.low is None or self.high is None:
             return "n/a"
 
@@ -58,7 +61,9 @@ class Stat:
         if self.n == 1:
             return f"{num(self.median)} (n=1)"
         flag = f" {NOISY_MARK}" if self.noisy() else ""
-        return f"{num(self.median)} ({num(self.low)}-{num(self.high)}){flag}"
+        spread = self.spread
+        pct = f", {spread * 100:.0f} %" if show_spread and spread is not None else ""
+        return f"{num(self.median)} ({num(self.low)}-{num(self.high)}{pct}){flag}"
 
     @property
     def spread(self) -> float | None:
@@ -255,6 +260,86 @@ def ttf_table(restart: Mapping[str, Any], pattern: str = "auto") -> str:
     )
 
 
+CRASH_SETUP_LABELS = {
+    "default": "default settings",
+    "static": "static membership (quickstart)",
+    "kip848": "group.protocol=consumer",
+    "kip848-static": "group.protocol=consumer, static",
+}
+
+
+def crash_items(crash: Mapping[str, Any]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(setup, lag, cell) of every crash cell, setups in run order, lags increasing."""
+    out: list[tuple[str, str, Mapping[str, Any]]] = []
+    for setup, lags in (crash.get("cells") or {}).items():
+        if isinstance(lags, Mapping):
+            out += [(setup, lag, per) for lag, per in lag_items(lags)]
+    return out
+
+
+def _fatal_cell(per: Mapping[str, Any]) -> str:
+    runs = per.get("fatal_runs") or {}
+    exits = per.get("fatal_exits") or {}
+    if not any(exits.get(m) for m in MODES):
+        return "none"
+    return " / ".join(f"{int(exits.get(m) or 0)} in {int(runs.get(m) or 0)} runs" for m in MODES)
+
+
+def crash_table(crash: Mapping[str, Any]) -> str:
+    """Crash → first fresh record and process spawn → first fresh record, per setup and lag, both modes."""
+    rows = []
+    for setup, lag, per in crash_items(crash):
+        plain, fast = per.get("plain", {}), per.get("fastrecover", {})
+        rows.append(
+            [
+                CRASH_SETUP_LABELS.get(setup, setup),
+                _lag_label(lag),
+                _stat(plain, "crash_to_fresh_s").cell(2, show_spread=True),
+                _stat(fast, "crash_to_fresh_s").cell(2, show_spread=True),
+                _stat(per, "ratio_crash_to_fresh_s").cell(2),
+                _stat(plain, "spawn_to_fresh_s").cell(2, show_spread=True),
+                _stat(fast, "spawn_to_fresh_s").cell(2, show_spread=True),
+                _stat(per, "ratio_spawn_to_fresh_s").cell(2),
+                _fatal_cell(per),
+            ]
+        )
+    return markdown_table(
+        [
+            "consumer settings",
+            "lag (records)",
+            "plain: crash→fresh (s)",
+            "fastrecover: crash→fresh (s)",
+            "fastrecover / plain (paired)",
+            "plain: spawn→fresh (s)",
+            "fastrecover: spawn→fresh (s)",
+            "fastrecover / plain (paired)",
+            "fatal exits, plain / fastrecover",
+        ],
+        rows,
+        align="lrrrrrrrl",
+    )
+
+
+def crash_caption(crash: Mapping[str, Any]) -> str:
+    """What the crash runs did, in two sentences, and the first fatal error seen."""
+    down = crash.get("down_s", "?")
+    group = crash.get("kip848_group") or {}
+    text = (
+        f"A consumer process SIGKILLed, restarted {down} s later; {crash.get('repeats', '?')} repeats. "
+        "Cells: `median (min-max, spread % of the median)`. "
+        "spawn→fresh is counted from the start of the process that delivered; a process that exits on a fatal "
+        f"error is restarted {crash.get('respawn_delay_s', '?')} s later. group.protocol=consumer groups: "
+        f"session {group.get('session_ms', '?')} ms, heartbeat {group.get('heartbeat_ms', '?')} ms."
+    )
+    settings = crash.get("setups") or {}
+    if settings:
+        text += "\n\n" + "\n".join(f"- {CRASH_SETUP_LABELS.get(k, k)}: {v}" for k, v in settings.items())
+    first = next((per.get("fatal_error") for _s, _l, per in crash_items(crash) if per.get("fatal_error")), None)
+    if first:
+        text += f"\n\nFatal error seen: `{str(first)[:300]}`"
+    return text
+
+
 def work_table(work: Mapping[str, Any]) -> str:
     plain, fast = work.get("plain", {}), work.get("fastrecover", {})
     row = [
@@ -409,6 +494,48 @@ def evaluate_goals(result: Mapping[str, Any]) -> list[Goal]:
         )
     )
     goals.append(_ttf_goal(patterns.get("auto") or {}))
+    crash = result.get("crash") or {}
+    if crash.get("cells"):
+        goals += crash_goals(crash)
+    return goals
+
+
+#: Issue 31: process spawn → first fresh record, fastrecover / plain, at these lags (static membership).
+SPAWN_GOALS = {1_000: 1.0, 10_000: 1.0, 1_000_000: 0.2, 10_000_000: 0.02}
+#: Issue 31: crash → first fresh record with the quickstart's settings is at most the downtime plus this.
+CRASH_MARGIN_S = 0.5
+
+
+def crash_goals(crash: Mapping[str, Any], setup: str = "static") -> list[Goal]:
+    """Issue 31's goals on the crash runs with the quickstart's settings (static membership)."""
+    goals: list[Goal] = []
+    cells = lag_items((crash.get("cells") or {}).get(setup) or {})
+    down = float(crash.get("down_s") or 0.0)
+    for lag, per in cells:
+        stat = _stat(per.get("fastrecover", {}), "crash_to_fresh_s")
+        goals.append(
+            Goal(
+                f"crash→fresh, quickstart settings, restart {down:g} s after the kill, lag {_lag_label(lag)}: "
+                "fastrecover (s)",
+                stat.median,
+                "<=",
+                down + CRASH_MARGIN_S,
+                stat.spread,
+                failures(per),
+            )
+        )
+    for lag, per in cells:
+        threshold = SPAWN_GOALS.get(int(lag))
+        if threshold is not None:
+            goals.append(
+                _goal(
+                    f"spawn→fresh, quickstart settings, lag {_lag_label(lag)}: fastrecover / plain",
+                    per,
+                    "ratio_spawn_to_fresh_s",
+                    "<=",
+                    threshold,
+                )
+            )
     return goals
 
 
@@ -450,7 +577,7 @@ def goals_table(goals: Sequence[Mapping[str, Any]]) -> str:
                 "n/a" if spread is None else f"{spread * 100:.0f} %" + (f" {NOISY_MARK}" if g.get("noisy") else ""),
             ]
         )
-    return markdown_table(["goal (issue 9)", "value", "target", "met?", "spread of repeats"], rows, align="lrlll")
+    return markdown_table(["goal", "value", "target", "met?", "spread of repeats"], rows, align="lrlll")
 
 
 def failed_cells(result: Mapping[str, Any]) -> list[str]:
@@ -460,6 +587,9 @@ def failed_cells(result: Mapping[str, Any]) -> list[str]:
     for pattern, lags in ((result.get("restart") or {}).get("patterns") or {}).items():
         cells += [(f"restart {pattern} lag {_lag_label(lag)}", per) for lag, per in lag_items(lags)]
     cells += [(f"steady {cell}", per) for cell, per in ((result.get("steady") or {}).get("cells") or {}).items()]
+    cells += [
+        (f"crash {setup} lag {_lag_label(lag)}", per) for setup, lag, per in crash_items(result.get("crash") or {})
+    ]
     if result.get("work"):
         cells.append(("work", result["work"]))
     for name, cell in cells:
@@ -488,6 +618,11 @@ def noisy_cells(result: Mapping[str, Any]) -> list[str]:
             for metric in ("cpu_us_per_record", "records_per_s"):
                 if _stat(per.get(mode, {}), metric).noisy():
                     out.append(f"steady {cell} {mode} {metric}")
+    for setup, lag, per in crash_items(result.get("crash") or {}):
+        for mode in MODES:
+            for metric in ("crash_to_fresh_s", "spawn_to_fresh_s"):
+                if _stat(per.get(mode, {}), metric).noisy():
+                    out.append(f"crash {setup} lag {_lag_label(lag)} {mode} {metric}")
     work = result.get("work") or {}
     for mode in MODES:
         if _stat(work.get(mode, {}), "drain_s").noisy():
@@ -506,6 +641,14 @@ def format_report(result: Mapping[str, Any]) -> str:
         )
         if (restart.get("patterns") or {}).get("auto"):
             parts.append("#### Time to fresh data after a restart (auto-commit)\n\n" + ttf_table(restart))
+    crash = result.get("crash") or {}
+    if crash.get("cells"):
+        parts.append(
+            "#### Crash → first fresh record (SIGKILL, restart after a downtime)\n\n"
+            + crash_caption(crash)
+            + "\n\n"
+            + crash_table(crash)
+        )
     if result.get("work"):
         parts.append("#### With CPU work per record\n\n" + work_table(result["work"]))
     if (result.get("steady") or {}).get("cells"):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from fastrecover_tools.bench import scenarios
+from fastrecover_tools.bench import crash, scenarios
 from fastrecover_tools.bench.patterns import BATCH, PATTERNS, STEADY_CELLS
 from fastrecover_tools.bench.profiling import PROFILE_ENV
 from fastrecover_tools.bench.redact import scrub
@@ -43,7 +43,7 @@ from fastrecover_tools.testing.driver import broker_session
 
 log = logging.getLogger("fastrecover_tools.bench")
 
-SCENARIOS = ("restart", "work", "steady", "store")
+SCENARIOS = ("restart", "crash", "work", "steady", "store")
 SCHEMA = 2
 
 
@@ -62,6 +62,7 @@ class Sizes:
     steady_repeats: int
     store_commits: int
     min_timeout_s: float  # a restart run gets this + lag / MIN_RATE of its kind to drain, then fails
+    crash_lags: list[int]  # lags of the crash runs (SIGKILL, restart after the downtime)
 
 
 FULL = Sizes(
@@ -76,6 +77,7 @@ FULL = Sizes(
     steady_repeats=3,
     store_commits=2_000,
     min_timeout_s=60.0,
+    crash_lags=[1_000, 10_000],
 )
 QUICK = Sizes(
     lags=[5_000, 20_000],
@@ -89,7 +91,20 @@ QUICK = Sizes(
     steady_repeats=2,
     store_commits=200,
     min_timeout_s=20.0,
+    crash_lags=[1_000],
 )
+
+
+@dataclass
+class CrashOptions:
+    """The crash runs: which settings, how long the crashed process stays down, deadlines."""
+
+    setups: list[str] = field(default_factory=lambda: list(crash.SETUPS))
+    down_s: float = 3.0
+    repeats: int | None = None  # None: BenchOptions.repeats
+    timeout_s: float = 120.0  # crash → first fresh record, restarts after fatal errors included
+    kip848_session_ms: int = crash.KIP848_SESSION_MS  # 0: the broker's own setting
+    kip848_heartbeat_ms: int = crash.KIP848_HEARTBEAT_MS
 
 
 @dataclass
@@ -106,6 +121,7 @@ class BenchOptions:
     doc: Path | None = Path("docs/benchmarks.md")
     spark: bool = False
     profile: Path | None = None  # cProfile every consumer process into this directory
+    crash: CrashOptions = field(default_factory=CrashOptions)
     command: str = ""  # already masked
     secrets: list[str] = field(default_factory=list)  # scrubbed from everything printed or written
 
@@ -346,6 +362,109 @@ def summarize_restarts(
             memory[mode] = row
         out["memory"] = memory
     return out
+
+
+CRASH_METRICS = (
+    "crash_to_fresh_s",
+    "spawn_to_fresh_s",
+    "first_spawn_to_fresh_s",
+    "started_s",
+    "join_s",
+    "crash_to_joined_s",
+    "recovery_s",
+    "joined_to_fresh_s",
+    "down_s",
+    "lag",
+    "incarnations",
+)
+
+
+def crash_repeats(opts: BenchOptions) -> int:
+    return opts.crash.repeats if opts.crash.repeats is not None else opts.repeats
+
+
+def crash_cells(opts: BenchOptions) -> list[tuple[str, int]]:
+    """(setup, lag) of every crash cell."""
+    return [(setup, lag) for setup in opts.crash.setups for lag in opts.sizes.crash_lags]
+
+
+def _say_crash(what: str, run: Mapping[str, Any]) -> None:
+    fatal = len(run.get("fatal_after_s") or ())
+    tail = f" ({fatal} fatal exits, restarted)" if fatal else ""
+    if "error" in run:
+        _say(f"{what}: FAILED: {run['error']}{tail}")
+        return
+    _say(f"{what}: crash→fresh {run['crash_to_fresh_s']:.2f}s, spawn→fresh {run['spawn_to_fresh_s']:.2f}s{tail}")
+
+
+def run_crashes(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[str, dict[int, dict[str, list[Any]]]]:
+    """Every crash cell, repeats outermost, the mode order alternating (ABAB), like the restart runs."""
+    cells = crash_cells(opts)
+    repeats = crash_repeats(opts)
+    runs: dict[str, dict[int, dict[str, list[Any]]]] = {}
+    for setup, lag in cells:
+        runs.setdefault(setup, {})[lag] = {mode: [] for mode in MODES}
+    with open(workdir / "workers.log", "a") as wlog:
+        for rep in range(repeats):
+            for index, (setup, lag) in enumerate(cells):
+                for mode in _mode_order(rep, index):
+                    spec = crash.CrashSpec(
+                        bootstrap,
+                        setup,
+                        lag,
+                        mode,
+                        _store_url(workdir, f"crash-{setup}-{lag}-{rep}-{mode}"),
+                        down_s=opts.crash.down_s,
+                        timeout_s=opts.crash.timeout_s + lag / MIN_RATE["async"],
+                        kip848_session_ms=opts.crash.kip848_session_ms,
+                        kip848_heartbeat_ms=opts.crash.kip848_heartbeat_ms,
+                    )
+                    what = f"crash {setup} lag {lag:,} repeat {rep + 1}/{repeats} {mode:<11}"
+                    try:
+                        run = crash.crash_run(spec, wlog)
+                    except Exception as exc:
+                        run = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
+                    _say_crash(what, run)
+                    runs[setup][lag][mode].append(run)
+    return runs
+
+
+def summarize_crash_cell(plain: Sequence[Mapping[str, Any]], fast: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Both modes of one crash cell, the paired ratios (fastrecover over plain), failures and fatal exits."""
+    per = {"plain": plain, "fastrecover": fast}
+    out: dict[str, Any] = {mode: _summ(runs, CRASH_METRICS) for mode, runs in per.items()}
+    for metric in ("crash_to_fresh_s", "spawn_to_fresh_s"):
+        out[f"ratio_{metric}"] = paired_ratios([r.get(metric) for r in fast], [r.get(metric) for r in plain]).to_dict()
+    out["errors"] = {mode: [r["error"] for r in runs if "error" in r] for mode, runs in per.items()}
+    out["fatal_exits"] = {mode: sum(len(r.get("fatal_after_s") or ()) for r in runs) for mode, runs in per.items()}
+    out["fatal_runs"] = {mode: sum(1 for r in runs if r.get("fatal_after_s")) for mode, runs in per.items()}
+    out["fatal_error"] = next((r["fatal_error"] for r in (*plain, *fast) if r.get("fatal_error")), None)
+    out["group_config"] = next((r["group_config"] for r in (*plain, *fast) if r.get("group_config")), None)
+    return out
+
+
+def summarize_crashes(
+    runs: Mapping[str, Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]]], opts: BenchOptions, measured_at: str
+) -> dict[str, Any]:
+    cells: dict[str, Any] = {}
+    for setup, per_lag in runs.items():
+        cells[setup] = {}
+        for lag, per in sorted(per_lag.items()):
+            cell = summarize_crash_cell(per["plain"], per["fastrecover"])
+            cell["lag"] = lag
+            cells[setup][str(lag)] = cell
+    return {
+        "cells": cells,
+        "setups": {name: crash.SETUPS[name].label for name in runs},
+        "down_s": opts.crash.down_s,
+        "repeats": crash_repeats(opts),
+        "respawn_delay_s": crash.RESPAWN_DELAY_S,
+        "kip848_group": {
+            "session_ms": opts.crash.kip848_session_ms or "the broker's",
+            "heartbeat_ms": opts.crash.kip848_heartbeat_ms or "the broker's",
+        },
+        "measured_at": measured_at,
+    }
 
 
 def run_work(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -598,12 +717,17 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
             "workdir_filesystem": scenarios.workdir_filesystem(workdir),
             "fast_producer": scenarios.FAST_PRODUCER,
             "profiled": opts.profile is not None,
+            "crash": {**vars(opts.crash), "repeats": crash_repeats(opts), "respawn_delay_s": crash.RESPAWN_DELAY_S},
         }
         raw: dict[str, Any] = {}
         if "restart" in opts.only:
             runs = run_restarts(bootstrap, opts, workdir)
             result.update(summarize_restarts(runs, opts, _now()))
             raw["restart"] = {p: {str(k): v for k, v in per.items()} for p, per in runs.items()}
+        if "crash" in opts.only:
+            crash_runs = run_crashes(bootstrap, opts, workdir)
+            result["crash"] = summarize_crashes(crash_runs, opts, _now())
+            raw["crash"] = {s: {str(k): v for k, v in per.items()} for s, per in crash_runs.items()}
         if "work" in opts.only:
             result["work"], raw["work"] = run_work(bootstrap, opts, workdir)
         if "steady" in opts.only:

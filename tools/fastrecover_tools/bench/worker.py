@@ -19,6 +19,15 @@ on stdout, with wall-clock ``t``:
   (``live N`` on stdin once it stopped producing) were delivered;
 * ``stats`` (once drained, else on exit): peak/base RSS, an RSS time series, the
   child's largest queue.
+
+For the crash runs (:mod:`fastrecover_tools.bench.crash`) the same process is
+also the consumer that crashes: ``hold`` on stdin makes it stop reading, commit
+what it delivered synchronously and report ``held`` with the committed offsets;
+the driver then builds the lag and SIGKILLs it.  ``--set KEY=VALUE`` adds
+consumer properties (``group.instance.id``, ``group.protocol``, ...).  A fatal
+consumer error (with ``group.protocol=consumer``, a static member whose instance
+ID is still held: UNRELEASED_INSTANCE_ID) is reported as ``fatal`` and the
+process exits with :data:`FATAL_EXIT`, as an application must.
 """
 
 from __future__ import annotations
@@ -34,12 +43,19 @@ import time
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import KafkaError, KafkaException
 
 from fastrecover_tools.bench import profiling
-from fastrecover_tools.bench.patterns import PATTERNS, busy, consumer_config, hooks
+from fastrecover_tools.bench.patterns import PATTERNS, busy, commit_ignoring_nothing, consumer_config, hooks
 
 #: The store URL comes in the environment, never in argv (``ps`` shows argv; a URL may hold a password).
 STORE_URL_ENV = "FASTRECOVER_BENCH_STORE_URL"
+
+#: Exit status after a fatal consumer error (the process must be restarted).
+FATAL_EXIT = 3
+
+#: Client keys librdkafka refuses with group.protocol=consumer (the broker owns them there).
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -110,7 +126,32 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work-us", type=int, default=0, help="busy work per record (µs)")
     p.add_argument("--batch", type=int, default=500)
     p.add_argument("--rss-interval", type=float, default=0.1)
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="extra consumer property (repeatable)"
+    )
     return p.parse_args(argv)
+
+
+def extra_config(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as consumer properties; with group.protocol=consumer the classic-only keys go."""
+    config: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        config[key.strip()] = value.strip()
+    return config
+
+
+def drop_classic_only(config: dict[str, Any]) -> dict[str, Any]:
+    """Without the keys librdkafka refuses under group.protocol=consumer ("defined broker side")."""
+    if str(config.get("group.protocol", "classic")).lower() == "consumer":
+        return {k: v for k, v in config.items() if k not in CLASSIC_ONLY}
+    return config
+
+
+def _is_fatal(error: Any) -> bool:
+    return bool(error.fatal()) or error.code() == KafkaError._FATAL
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -124,7 +165,9 @@ def run(argv: list[str] | None = None) -> int:
         # librdkafka's default session (45 s): per-message async commits can hold heartbeats back for
         # seconds behind thousands of OffsetCommit requests, and a lost session would rebalance mid-run.
         **consumer_config(args.pattern),
+        **extra_config(args.set),
     }
+    config = drop_classic_only(config)
     consumer: Any
     if args.mode == "fastrecover":
         from fastrecover.consumer import Consumer
@@ -144,12 +187,15 @@ def run(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     live_expected: list[int] = []
+    hold = threading.Event()
 
     def read_stdin() -> None:
         for line in sys.stdin:
             parts = line.split()
             if len(parts) == 2 and parts[0] == "live":
                 live_expected.append(int(parts[1]))
+            elif parts == ["hold"]:
+                hold.set()
 
     threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
 
@@ -177,12 +223,22 @@ def run(argv: list[str] | None = None) -> int:
     fresh = lag_done = drained = False
     work_s = args.work_us / 1e6
     while not stop.is_set():
-        batch = consumer.consume(args.batch, 0.1)
+        if hold.is_set():
+            return _hold(consumer, stop)
+        try:
+            batch = consumer.consume(args.batch, 0.1)
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError) and _is_fatal(exc.args[0]):
+                return _fatal(consumer, exc.args[0])
+            raise
         if pending_recovery and (batch or len(consumer.recoveries) >= sum(map(len, pending_recovery))):
             _emit("assigned", partitions=[p for placed in pending_recovery for p in placed])
             pending_recovery.clear()
         for msg in batch:
-            if msg.error() is not None:
+            error = msg.error()
+            if error is not None:
+                if _is_fatal(error):
+                    return _fatal(consumer, error)
                 continue
             msg.value()
             if work_s:
@@ -211,6 +267,25 @@ def run(argv: list[str] | None = None) -> int:
     consumer.close()
     _emit("closed")
     return 0
+
+
+def _hold(consumer: Any, stop: threading.Event) -> int:
+    """Stop reading, commit what was delivered (synchronously), report the offsets, and wait to be killed."""
+    commit_ignoring_nothing(consumer.commit, asynchronous=False)
+    positions = consumer.position(consumer.assignment())
+    _emit("held", positions=[[tp.partition, tp.offset] for tp in positions])
+    stop.wait()  # the driver SIGKILLs this process: the crash
+    return 0
+
+
+def _fatal(consumer: Any, error: Any) -> int:
+    """A fatal consumer error: report it and exit, as an application must (its supervisor restarts it)."""
+    _emit("fatal", error=str(error), code=error.name() if hasattr(error, "name") else str(error.code()))
+    try:
+        consumer.close()
+    except Exception as exc:  # the consumer is unusable; its close may complain too
+        _emit("close-failed", error=f"{type(exc).__name__}: {exc}")
+    return FATAL_EXIT
 
 
 if __name__ == "__main__":
