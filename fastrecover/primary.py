@@ -106,7 +106,12 @@ class PrimaryOffsets:
 
         A negative position (no record returned since the assignment or a seek) says
         nothing, so the partition keeps what it had, as librdkafka's auto store does.
+        Records still held as returned (``last``, ``unsettled``, ``settled``) are folded in
+        first: folded later, they would move a partition back from its newer position.
         """
+        if self.last is not None or self.unsettled:
+            self.settle()
+        self.fold()
         done, dirty, before_seek = self.done, self.dirty, self.before_seek
         for key, position in positions:
             if before_seek:

@@ -386,6 +386,19 @@ class TestPrimaryOffsets:
         po.sync([(("a", 1), -1001)])  # a revoked partition forgets its hidden position too
         assert po.done == {("a", 0): 5}
 
+    def test_a_record_returned_before_the_steady_state_never_moves_its_position_back(self) -> None:
+        """A record noted as the last returned, then the steady state (positions): the commit takes the position.
+
+        Seen when a recovery's store work ended in the tick of a call that then read one record the tracked way.
+        """
+        po = PrimaryOffsets()
+        po.set_single_topic("a")
+        po.last = _msg(("rec", "a", 0, 1))
+        po.untracked = True
+        po.settle()  # commit(): the last record returned is done ...
+        po.sync([(("a", 0), 57)])  # ... and so is everything up to the position
+        assert po.take_dirty() == {("a", 0): 57}
+
 
 # ---- per-message commit/store routing (CommitPaths.route_messages) ---------------------------------
 
