@@ -167,6 +167,13 @@ KEYS: dict[str, _Key] = {
         _int_parser(1, 60_000),
         "Write-behind cadence: asynchronous backfill commits reach the store in one transaction this often.",
     ),
+    "fastrecover.recovery.replay.max.offsets": _Key(
+        10_000,
+        _int_parser(0, 2**62),
+        "While the store is still opening (the first recovery after start), a lag up to this is replayed by the "
+        "primary instead of waiting for the store; the ranges the store holds are taken up once it is open. "
+        "0 always waits for the store.",
+    ),
     "fastrecover.recovery.timeout.ms": _Key(
         10_000,
         _int_parser(1, 600_000),
@@ -212,6 +219,7 @@ class Settings:
     retry_backoff_s: float = 1.0
     commit_interval_s: float = 0.2
     recovery_timeout_s: float = 10.0
+    replay_max_offsets: int = 10_000
     child_overrides: dict[str, Any] = field(default_factory=dict)
     commit_mirror_key: bytes | None = None
     store_lock_timeout_ms: int = 5_000
@@ -284,6 +292,7 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         retry_backoff_s=get("fastrecover.store.retry.backoff.ms") / 1000.0,
         commit_interval_s=get("fastrecover.backfill.commit.interval.ms") / 1000.0,
         recovery_timeout_s=get("fastrecover.recovery.timeout.ms") / 1000.0,
+        replay_max_offsets=get("fastrecover.recovery.replay.max.offsets"),
         child_overrides=child,
         commit_mirror_key=get(MIRROR_KEY),
         store_lock_timeout_ms=get("fastrecover.store.lock.timeout.ms"),

@@ -66,9 +66,10 @@ class Handover(CommitPaths):
         token_ids, to_mirror = recovered.started, recovered.to_mirror
         self.routes = self.book.routes()
         works = self.book.works(token_ids)
-        if works:
+        if works or self.recoverer.pending:  # a backfill, or a recovery the store has still to finish
             self.steady = False
             self.fast_calls = 0
+        if works:
             self.child.add(works)
         if self.settings.commit_mirror and to_mirror:
             try:
@@ -154,6 +155,7 @@ class Handover(CommitPaths):
             self.floors.pop(key, None)
             self.held_eof.pop(key, None)
             self.user_meta.pop(key, None)
+        self.recoverer.forget(keys)
         self.routes = self.book.routes()
         store = self.link.get()
         if lost or store is None:

@@ -20,6 +20,7 @@ POINTS = {
     "between-commits": "range progress is durable in the store, the Kafka commit not yet sent "
     "(while it is armed, a synchronous commit runs the two one after the other instead of together)",
     "child-batch": "the child fetched a batch, before any of it is accepted",
+    "store-open": "the consumer's background thread is about to open the store (construction has returned)",
     "hand-back-read": "a revoke or close hands ranges back, before it reads Kafka's committed offsets "
     "(under auto-commit, after librdkafka's offset store was committed)",
 }

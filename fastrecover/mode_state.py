@@ -103,7 +103,7 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             settings.store_lock_timeout_ms,
             settings.store_statement_timeout_ms,
         )
-        self.link.get(force=True)
+        self.link.open_in_background()
         _advise_static_membership(conf)
         self.child = ChildReader(
             child_config(conf, settings), batch_size=settings.batch_size, broker_timeout_s=settings.recovery_timeout_s

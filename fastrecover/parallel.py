@@ -101,7 +101,16 @@ class ParallelMode(Handover):
             self.book.promote_stored()
         self.committer.tick(now)
         self.after_commits()
-        self.steady = not (self.backfilling or self.deferred or self.deferred_stored or self.held_eof)
+        if self.link.open_ended:
+            self.link.get()  # what the background open raised (a store behind in schema) reaches the caller here
+        pending = self.recoverer.pending
+        if pending and not self.link.opening:
+            recovered = self.recoverer.recover_pending(self.assigned)
+            if recovered is not None:
+                self.started(recovered)
+        self.steady = not (
+            self.backfilling or self.deferred or self.deferred_stored or self.held_eof or self.recoverer.pending
+        )
         if self.steady and self.auto_store:
             self.offsets.untracked = True  # a tick runs at a call's start: everything returned is done
         if not self.steady:

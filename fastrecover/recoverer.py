@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,8 @@ log = logging.getLogger("fastrecover.recovery")
 _UNCHOSEN = (OFFSET_INVALID, OFFSET_STORED)
 #: the ListOffsets timestamp that asks for a partition's log end (Kafka's LATEST_TIMESTAMP)
 _LATEST = -1
+#: a backfill.min.offsets no lag reaches: the primary starts at the committed offset
+_NO_JUMP = 2**63
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class RecoveryReport:
     degraded: bool
     #: ranges retired as superseded (their facts no longer held: see fastrecover.recovery)
     retired: tuple[int, ...] = ()
+    #: the store has what this recovery decided (False: it was down, still opening, or its write failed)
+    stored: bool = True
 
 
 @dataclass
@@ -106,6 +110,8 @@ class Recoverer:
         self._group = group
         self._owner = owner
         self.reports: list[RecoveryReport] = []
+        #: partitions that replayed while the store opened, with what their recovery read (recover_pending)
+        self.pending: dict[TopicPartitionKey, _Inputs] = {}
         #: asks the cluster id with a metadata request for a topic (never the primary's handle: see ChildHandle)
         self._cluster_of = cluster_of
         #: this consumer's Kafka cluster, as lineages name it (asked for once, when first needed)
@@ -152,7 +158,10 @@ class Recoverer:
                 continue
             offset = ctp.offset if ctp is not None and ctp.offset >= 0 else None
             read[key] = (offset, self._marker(key, ctp.metadata if ctp is not None else None))
-        store = self._link.get()
+        for key in read:
+            self.pending.pop(key, None)  # recovered anew
+        replay = self._replays_first(read, log_ends)
+        store = None if replay else self._link.get()
         stored = self._stored_tokens(store, {k: _floor(c, m) for k, (c, m) in read.items()})
         if stored is None:
             store = None
@@ -171,6 +180,25 @@ class Recoverer:
                 inputs[key] = _Inputs(offset, log_ends[key], mirrored, trust, lineage)
             except (CodecError, ValueError, OverflowError, TypeError) as exc:
                 self._give_up(key, exc)
+        plans = self._plans(inputs, stored or {}, cluster, _NO_JUMP if replay else self._settings.backfill_min_offsets)
+        starts = self._execute(store, plans, inputs, out)
+        if replay:
+            # the primary replays from the committed offsets; what the store holds for these partitions
+            # (ranges owed, to retire, to restore) is taken up by recover_pending once it is open
+            self.pending.update((k, inputs[k]) for k in plans)
+        for tp in todo:
+            start = starts.get(TopicPartitionKey(tp.topic, tp.partition))
+            if start is not None:
+                tp.offset = start
+        return out
+
+    def _plans(
+        self,
+        inputs: dict[TopicPartitionKey, _Inputs],
+        stored: dict[TopicPartitionKey, list[Token]],
+        cluster: str,
+        min_offsets: int,
+    ) -> dict[TopicPartitionKey, PartitionPlan]:
         plans: dict[TopicPartitionKey, PartitionPlan] = {}
         for key, given in inputs.items():
             self._book.remove_partitions([key])
@@ -178,18 +206,64 @@ class Recoverer:
                 plans[key] = plan_partition(
                     committed=given.committed,
                     log_end=given.log_end,
-                    min_offsets=self._settings.backfill_min_offsets,
-                    store_tokens=this_cluster((stored or {}).get(key, []), cluster),
+                    min_offsets=min_offsets,
+                    store_tokens=this_cluster(stored.get(key, []), cluster),
                     mirrored=given.mirrored,
                     trust=given.trust,
                 )
             except (ValueError, OverflowError, TypeError) as exc:
                 self._give_up(key, exc)
-        starts = self._execute(store, plans, inputs, out)
-        for tp in todo:
-            start = starts.get(TopicPartitionKey(tp.topic, tp.partition))
-            if start is not None:
-                tp.offset = start
+        return plans
+
+    def _replays_first(
+        self, read: dict[TopicPartitionKey, tuple[int | None, Marker | None]], log_ends: dict[TopicPartitionKey, int]
+    ) -> bool:
+        """The store is still opening and a replay of every lag here comes sooner than it (see config)."""
+        limit = self._settings.replay_max_offsets
+        if limit <= 0 or not read or not self._link.opening:
+            return False
+        return all(c is None or log_ends[k] - c <= limit for k, (c, _) in read.items())
+
+    def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """Partitions that left this member: no store part of their recovery is owed any more."""
+        for key in keys:
+            self.pending.pop(key, None)
+
+    def recover_pending(self, assigned: set[TopicPartitionKey]) -> Recovered | None:
+        """The store's part of the recoveries that replayed while it opened; None until it can be done.
+
+        Planned from what those recoveries read (committed offset, marker, log end, lineage), with
+        no jump: the primary has read from the committed offset since, and is never moved here.
+        Ranges owed below the committed offset are claimed, mirrored ones the store lost restored,
+        outdated ones retired: what the recovery would have done with the store open.
+        """
+        for key in [k for k in self.pending if k not in assigned]:
+            del self.pending[key]
+        if not self.pending or self._link.opening:
+            return None
+        store = self._link.get()
+        inputs = self.pending
+        floors = {
+            k: min([g.committed, *(r.start for r in g.mirrored)]) if g.committed is not None else None
+            for k, g in inputs.items()
+        }
+        stored = self._stored_tokens(store, floors)
+        if store is None or stored is None:
+            return None  # down: the link's back-off paces the next try (the parked mirror keeps the ranges)
+        self.pending = {}
+        cluster = ""
+        if any(stored.values()) or any(g.mirrored for g in inputs.values()):
+            found = self._cluster_label(next(iter(inputs)).topic)
+            if found is None:
+                return None
+            cluster = found
+        out = Recovered([], [], [], {})
+        before = len(self.reports)
+        self._execute(store, self._plans(inputs, stored, cluster, _NO_JUMP), inputs, out)
+        if any(not r.stored for r in self.reports[before:]):
+            self.pending.update(inputs)  # the transaction rolled back: tried again after the back-off
+            self._link.failed()
+        out.to_mirror.clear()  # the primary commits the mirror with its own offset; this one is old
         return out
 
     def _needs_cluster(
@@ -302,6 +376,9 @@ class Recoverer:
                 degraded = plan.primary_start is not None
                 start = plan.fallback_start if degraded else None
                 held = []
+                # the ranges only the mirror knew stay parked in it: the next commit must carry them on
+                for progress in plan.restored + tuple(t.progress for t in plan.backfill):
+                    self._book.park(key, self._group, progress)
                 log.warning(
                     "could not persist range tokens for %s (%s): it starts at committed offset %s "
                     "instead of the log end (no fast recovery, nothing lost)",
@@ -312,7 +389,7 @@ class Recoverer:
             else:
                 start, degraded = plan.primary_start, False
                 held = [self._book.add(token) for token in persisted[key]]
-            if held or store is None:
+            if held or store is None or persisted is None:
                 self._book.set_lineage(key, inputs[key].lineage)
             report = self._report(key, plan, inputs[key], start, degraded, persisted is not None)
             out.started.extend(h.token.id for h in held)
@@ -391,6 +468,7 @@ class Recoverer:
             tuple(t.id for t in plan.backfill),
             degraded,
             retired,
+            stored,
         )
 
     def _persist(

@@ -171,8 +171,14 @@ def test_store_at_an_older_schema_is_refused_and_left_as_it_is(
             conn.exec_driver_sql(f"DROP TABLE {VERSION_TABLE}")
     finally:
         engine.dispose()
-    with pytest.raises(SchemaBehindError, match=r"fastrecover db upgrade --store-url"):
-        Consumer(parallel_config(bootstrap, unique_group, store_url))
+    # The store opens on a thread while construction returns (a recovery need not wait for SQLAlchemy):
+    # the refusal reaches the application at its first poll() after the open ended.
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    try:
+        with pytest.raises(SchemaBehindError, match=r"fastrecover db upgrade --store-url"):
+            wait_for(lambda: consumer.poll(0.05) and False, 30, 0.01, "poll() to raise SchemaBehindError")
+    finally:
+        consumer.close()
     assert _rows(store_url) == before
     engine = build_engine(store_url)
     try:

@@ -40,6 +40,7 @@ def flavour_config(flavour: str, base: dict[str, Any], tmp_path: Path, **extra: 
                 "enable.parallel.rebalance": True,
                 "fastrecover.store.url": f"sqlite:///{tmp_path / 'ranges.db'}",
                 "fastrecover.backfill.min.offsets": 10,
+                "fastrecover.recovery.replay.max.offsets": 0,  # ranges at the first recovery, open store or not
             }
         )
     conf.update(extra)

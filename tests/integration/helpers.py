@@ -27,6 +27,7 @@ def parallel_config(bootstrap: str, group: str, store_url: str, **extra: Any) ->
         "enable.parallel.rebalance": True,
         "fastrecover.store.url": store_url,
         "fastrecover.backfill.min.offsets": 10,
+        "fastrecover.recovery.replay.max.offsets": 0,  # ranges at the first recovery, open store or not
     }
     config.update(extra)
     return config

@@ -40,6 +40,7 @@ def _config(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[st
         "enable.parallel.rebalance": True,
         "fastrecover.store.url": store_url,
         "fastrecover.backfill.min.offsets": 10,
+        "fastrecover.recovery.replay.max.offsets": 0,  # ranges at the first recovery, open store or not
     }
     conf.update(extra)
     return conf

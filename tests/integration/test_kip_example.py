@@ -47,6 +47,7 @@ def _config(bootstrap: str, group: str, store_url: str, group_protocol: str = "c
         "enable.parallel.rebalance": True,
         "fastrecover.store.url": store_url,
         "fastrecover.backfill.min.offsets": 10,
+        "fastrecover.recovery.replay.max.offsets": 0,  # ranges at the first recovery, open store or not
         # the story commits 75 before 70..74: records finished out of order, each committed alone
         "fastrecover.commit.out.of.order": True,
     }

@@ -140,6 +140,7 @@ def _open_group_ranges(
             "enable.parallel.rebalance": True,
             "fastrecover.store.url": store_url,
             "fastrecover.backfill.min.offsets": 10,
+            "fastrecover.recovery.replay.max.offsets": 0,  # ranges at the first recovery, open store or not
             "fastrecover.backfill.queue.max.messages": 50,
         }
     )

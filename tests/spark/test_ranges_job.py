@@ -34,6 +34,7 @@ def consumer_config(bootstrap: str, group: str, store_url: str) -> dict[str, Any
         "enable.parallel.rebalance": True,
         "fastrecover.store.url": store_url,
         "fastrecover.backfill.min.offsets": 10,
+        "fastrecover.recovery.replay.max.offsets": 0,  # ranges at the first recovery, open store or not
         "fastrecover.backfill.queue.max.messages": 50,
     }
 

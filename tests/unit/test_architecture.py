@@ -101,6 +101,7 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover.spark", "fastrecover.spark.source"),
         ("fastrecover.spark", "importlib"),
         ("fastrecover.spark", "pyspark"),
+        ("fastrecover.spark.ranges", "confluent_kafka"),  # the cluster id, asked once when a ranges job is planned
         ("fastrecover.spark.commit_mirror", "fastrecover.errors"),  # the real classes, not by-value copies
         ("fastrecover.spark.commit_mirror", "fastrecover.spark.offsets"),
         ("fastrecover.spark.controller", "py4j.java_gateway"),  # the Java admin client: only to jump
