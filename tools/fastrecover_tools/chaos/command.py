@@ -130,6 +130,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=10,
         help="one operator action every this many kills (default 10)",
     )
+    p.add_argument(
+        "--replay-share",
+        type=float,
+        default=0.5,
+        help="share of incarnations with the library's default fastrecover.recovery.replay.max.offsets, which "
+        "replay a small lag while the store opens; the others always wait for the store (default 0.5)",
+    )
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--seed", type=int, help="random seed (default: random)")
     p.add_argument("--drain-timeout", type=float, default=300.0, help="seconds the final drain may take")
@@ -182,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
             group_protocol=args.group_protocol,
             operator_actions=args.operator_actions,
             operator_every=args.operator_every,
+            replay_share=args.replay_share,
         )
         print(
             f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "

@@ -127,6 +127,9 @@ class ChaosConfig:
     operator_actions: Sequence[str] = ()
     #: one operator action every this many kills
     operator_every: int = 10
+    #: share of incarnations that keep the library's fastrecover.recovery.replay.max.offsets (a small lag is
+    #: replayed while the store opens); the others set 0 and always wait for the store, as the tests do
+    replay_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cycles < 0 or self.members < 1 or self.topics < 1 or self.partitions < 1:
@@ -141,8 +144,8 @@ class ChaosConfig:
         bad = [p for p in self.stall_points if p not in STALL_POINTS]
         if bad:
             raise ValueError(f"stall points must be among {STALL_POINTS}, got {bad}")
-        if not (0 <= self.stall_share <= 1 and 0 <= self.fail_child_share <= 1):
-            raise ValueError("stall_share and fail_child_share are fractions in [0, 1]")
+        if not (0 <= self.stall_share <= 1 and 0 <= self.fail_child_share <= 1 and 0 <= self.replay_share <= 1):
+            raise ValueError("stall_share, fail_child_share and replay_share are fractions in [0, 1]")
         bad = [a for a in self.operator_actions if a not in ACTIONS]
         if bad:
             raise ValueError(f"operator actions must be among {ACTIONS}, got {bad}")
@@ -375,6 +378,8 @@ class ChaosDriver:
                 on_partitions=self._partitions_added,
             )
         self._next_act = config.operator_every
+        # its own generator too, for the same reason
+        self._startup_rng = random.Random(f"startup-{config.seed}") if config.seed is not None else random.Random()
 
     # ---- members -------------------------------------------------------------------------------
 
@@ -417,6 +422,8 @@ class ChaosDriver:
             argv += ["--stall-at", stall, "--stall-after", str(self.rng.randint(low, high))]
         if faults and self.rng.random() < c.fail_child_share:
             argv += ["--fail-child-after", str(self.rng.randint(1, 5))]
+        if c.replay_share and self._startup_rng.random() < c.replay_share:
+            argv += ["--set", "fastrecover.recovery.replay.max.offsets=10000"]  # the library's default
         if c.group_protocol != "classic":
             argv += ["--set", f"group.protocol={c.group_protocol}"]  # the worker drops the classic-only keys
         argv += list(c.worker_args)
