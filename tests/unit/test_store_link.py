@@ -1,0 +1,70 @@
+"""StoreLink's background open, on a real SQLite file: who waits for it, and where its errors surface."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from fastrecover import hooks
+from fastrecover.committer import StoreLink
+from fastrecover.errors import SchemaBehindError
+from fastrecover.store import open_store
+from fastrecover.store.schema import VERSION_TABLE
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    release = threading.Event()
+    hooks.register("store-open", lambda: release.wait(30))
+    try:
+        yield release
+    finally:
+        release.set()
+        hooks.clear()
+
+
+def _link(url: str) -> StoreLink:
+    return StoreLink(url, True, 1.0, 1000, 1000)
+
+
+def test_the_open_runs_on_its_thread_and_get_waits_for_it(tmp_path: Path, gate: threading.Event) -> None:
+    link = _link(f"sqlite:///{tmp_path / 'ranges.db'}")
+    link.open_in_background()
+    try:
+        assert link.opening and not link.open_ended
+        threading.Timer(0.2, gate.set).start()
+        store = link.get()  # waits (bounded) for the open
+        assert store is not None and not link.opening
+        assert link.get() is store
+    finally:
+        link.close()
+
+
+def test_what_the_open_raised_reaches_the_caller_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ranges.db'}"
+    open_store(url).close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # the unversioned schema of an older fastrecover
+        conn.exec_driver_sql(f"DROP TABLE {VERSION_TABLE}")
+    engine.dispose()
+    link = _link(url)
+    link.open_in_background()
+    try:
+        with pytest.raises(SchemaBehindError, match="fastrecover db upgrade"):
+            link.get()
+        assert not link.open_ended
+    finally:
+        link.close()
+
+
+def test_close_during_the_open_waits_for_it(tmp_path: Path, gate: threading.Event) -> None:
+    link = _link(f"sqlite:///{tmp_path / 'ranges.db'}")
+    link.open_in_background()
+    threading.Timer(0.2, gate.set).start()
+    link.close()
+    assert not link.opening and link.get(force=True) is not None  # a new open after close works
+    link.close()
