@@ -66,10 +66,9 @@ class Handover(CommitPaths):
         token_ids, to_mirror = recovered.started, recovered.to_mirror
         self.routes = self.book.routes()
         works = self.book.works(token_ids)
-        if works or self.recoverer.pending:  # a backfill, or a recovery the store has still to finish
+        if works:
             self.steady = False
             self.fast_calls = 0
-        if works:
             self.child.add(works)
         if self.settings.commit_mirror and to_mirror:
             try:

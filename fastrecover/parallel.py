@@ -108,9 +108,9 @@ class ParallelMode(Handover):
             recovered = self.recoverer.recover_pending(self.assigned)
             if recovered is not None:
                 self.started(recovered)
-        self.steady = not (
-            self.backfilling or self.deferred or self.deferred_stored or self.held_eof or self.recoverer.pending
-        )
+        # a recovery the store has still to finish keeps the steady state: its replay runs at the plain
+        # client's speed, and a tick comes at least every FAST_CALLS records or idle wait to finish it
+        self.steady = not (self.backfilling or self.deferred or self.deferred_stored or self.held_eof)
         if self.steady and self.auto_store:
             self.offsets.untracked = True  # a tick runs at a call's start: everything returned is done
         if not self.steady:

@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka import Consumer as _KafkaConsumer
 
 from fastrecover.book import Held, RangeBook, mirror_context
-from fastrecover.codec import Marker, cluster_label, new_lineage, read_marker
+from fastrecover.codec import Marker, cluster_label, lineage_cluster, new_lineage, read_marker
 from fastrecover.committer import StoreLink
 from fastrecover.config import Settings
 from fastrecover.errors import CodecError, StoreError
@@ -166,7 +166,10 @@ class Recoverer:
         if stored is None:
             store = None
         cluster = ""
-        if any(self._needs_cluster(c, m, (stored or {}).get(k, ()), log_ends[k]) for k, (c, m) in read.items()):
+        jump_from = _NO_JUMP if replay else self._settings.backfill_min_offsets
+        if any(
+            self._needs_cluster(c, m, (stored or {}).get(k, ()), log_ends[k], jump_from) for k, (c, m) in read.items()
+        ):
             found = self._cluster_label(keys[0].topic)
             if found is None:
                 return out
@@ -257,6 +260,15 @@ class Recoverer:
             if found is None:
                 return None
             cluster = found
+            # a lineage drawn before the cluster was asked names none: the ranges claimed, restored or
+            # adopted now must carry this cluster's, or its own later recoveries would take them for
+            # another cluster's and never read them
+            inputs = {
+                k: g
+                if g.trust.lineage is not None or lineage_cluster(g.lineage) == cluster
+                else replace(g, lineage=new_lineage(cluster, os.urandom(8)))
+                for k, g in inputs.items()
+            }
         out = Recovered([], [], [], {})
         before = len(self.reports)
         self._execute(store, self._plans(inputs, stored, cluster, _NO_JUMP), inputs, out)
@@ -266,17 +278,18 @@ class Recoverer:
         out.to_mirror.clear()  # the primary commits the mirror with its own offset; this one is old
         return out
 
+    @staticmethod
     def _needs_cluster(
-        self, committed: int | None, marker: Marker | None, tokens: Sequence[Token], log_end: int
+        committed: int | None, marker: Marker | None, tokens: Sequence[Token], log_end: int, min_offsets: int
     ) -> bool:
         """Whether planning ``key`` needs the cluster id: a lineage to compare, or new ranges to name.
 
         A partition with no marker, no range in the store and a lag too small to split (the usual
-        first start) needs none, and costs no metadata request.
+        first start, or a replay while the store opens) needs none, and costs no metadata request.
         """
         if marker is not None or tokens:
             return True
-        return committed is not None and log_end - committed >= self._settings.backfill_min_offsets
+        return committed is not None and log_end - committed >= min_offsets
 
     def _cluster_label(self, topic: str) -> str | None:
         """The cluster part of this consumer's lineages; None (no recovery) when the broker cannot say.

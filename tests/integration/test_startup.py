@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer, hooks
+from fastrecover.codec import cluster_label, lineage_cluster
 from fastrecover.store import open_store
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import produce
@@ -136,3 +137,46 @@ def test_a_lag_beyond_the_replay_limit_waits_for_the_store_and_splits(
     finally:
         opener.cancel()
         consumer.close()
+
+
+def test_a_range_taken_up_after_a_replay_with_no_marker_carries_this_clusters_lineage(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """No marker to compare, so the replay asked for no cluster id; the range it takes up later still names it.
+
+    A range adopted under a lineage that names no cluster would look like another cluster's to every later
+    recovery here: never believed, never retired, never read again.
+    """
+    topic = topic_factory(partitions=1)
+    owed = _a_crashed_member_owes_a_range(bootstrap, topic, unique_group, store_url)
+    produce(bootstrap, topic, [f"r{i}" for i in range(FIRST_END, LOG_END)], partition=0)
+    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
+    try:  # a plain member (or an operator) moves the offset past the owed range, with no marker
+        plain.commit(offsets=[TopicPartition(topic, 0, 600)], asynchronous=False)
+        cluster = plain.list_topics(timeout=30).cluster_id
+    finally:
+        plain.close()
+    config = parallel_config(bootstrap, unique_group, store_url)
+    del config["fastrecover.recovery.replay.max.offsets"]
+    hold_store_opens(store_gate)
+    consumer = Consumer(config)
+    got: list[Message] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert consumer.recoveries[0].primary_start is None and not consumer.recoveries[0].stored
+        store_gate.set()
+        wanted = set(range(OWED_FROM, FIRST_END)) | set(range(600, LOG_END))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the owed range and the lag")
+
+        def finished() -> bool:
+            consumer.consume(100, 0.05)
+            consumer.commit(asynchronous=False)
+            with open_store(store_url) as store:
+                return store.get(owed).state is TokenState.DONE
+
+        wait_for(finished, 60, 0.01, "the owed range to finish")
+        with open_store(store_url) as store:
+            token = store.get(owed)
+    finally:
+        consumer.close()
+    assert token.lineage is not None and lineage_cluster(token.lineage) == cluster_label(cluster)
