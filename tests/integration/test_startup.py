@@ -43,7 +43,10 @@ def store_gate() -> Iterator[threading.Event]:
 
 
 def hold_store_opens(release: threading.Event) -> None:
-    hooks.register("store-open", lambda: release.wait(60))
+    def hold() -> None:
+        release.wait(60)
+
+    hooks.register("store-open", hold)
 
 
 def _a_crashed_member_owes_a_range(bootstrap: str, topic: str, group: str, store_url: str) -> int:

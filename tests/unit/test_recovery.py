@@ -429,12 +429,12 @@ def test_a_range_counts_only_while_the_committed_offset_vouches_for_it(scenario:
                 assert t.span.end <= committed and t.span.start < committed, "an unvouched range kept above"
 
     # below the committed offset, what a retired open range still owed is read by a new range
-    if valid:
+    if committed is not None and committed >= 0:
         kept = offsets([t.span for t in plan.kept])
         read = offsets(plan.new_ranges) | kept | offsets([r.span for r in plan.restored])
         for t in plan.retired:
             if t.is_open:
-                owed = set(range(t.progress.committed, min(t.span.end, committed)))  # type: ignore[type-var]
+                owed = set(range(t.progress.committed, min(t.span.end, committed)))
                 assert owed <= read, f"range #{t.id} owed {sorted(owed - read)[:5]} below {committed}"
     else:
         assert plan.new_ranges == (), "nothing is carried without a committed offset"

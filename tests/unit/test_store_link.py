@@ -13,13 +13,17 @@ from fastrecover import hooks
 from fastrecover.committer import StoreLink
 from fastrecover.errors import SchemaBehindError
 from fastrecover.store import open_store
-from fastrecover.store.schema import VERSION_TABLE
+from fastrecover.store.models import VERSION_TABLE
 
 
 @pytest.fixture
 def gate() -> Iterator[threading.Event]:
     release = threading.Event()
-    hooks.register("store-open", lambda: release.wait(30))
+
+    def hold() -> None:
+        release.wait(30)
+
+    hooks.register("store-open", hold)
     try:
         yield release
     finally:
