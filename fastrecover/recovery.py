@@ -150,10 +150,14 @@ def plan_partition(
     kept = [t for t in live if not outdated(t)]
     open_tokens = tuple(t for t in kept if t.is_open)
     known_spans = [t.span for t in kept]
-    restored = tuple(_restore(mirrored if trust.any else (), known_spans, max(log_end, 0)))
+    # Below the committed offset only what the offset vouches for may excuse a record the mirror or a retired
+    # range still owes: a range kept there only for lying below it (another lineage, a store restored from an
+    # older backup) says the records were delivered before whoever moved the offset asked for them again.
+    vouched = [t.span for t in kept if trust.vouches(t)]
+    restored = tuple(_restore(mirrored if trust.any else (), vouched, max(log_end, 0)))
     # done ranges count as covered too: their records are finished (by the child or a Spark job)
     covered = known_spans + [r.span for r in restored]
-    carried = tuple(_carry(retired, floor, covered))
+    carried = tuple(_carry(retired, floor, vouched + [r.span for r in restored]))
 
     if committed is None or committed < 0 or log_end - committed < min_offsets:
         return PartitionPlan(
@@ -207,8 +211,11 @@ def _restore(mirrored: Sequence[RangeProgress], known: Sequence[OffsetRange], lo
     * each span is clipped to the log end (a range past it would swallow the
       primary's commits and could never finish);
     * overlapping or duplicate spans are merged into one;
-    * any part the store knows (open or done) is dropped: the store is the
-      authority there;
+    * any part a range the committed offset vouches for covers (open or done) is
+      dropped: the store is the authority there.  A range the store keeps
+      without that (another lineage below the offset, a store restored from an
+      older backup) drops nothing: re-reading its span costs duplicates, while
+      believing it could skip records someone asked for again;
     * every restored piece starts fresh at its start.  The mirror's committed
       offset and completion map are ignored, so a forged "almost done" row
       costs duplicates, never a skipped record.

@@ -153,9 +153,15 @@ def _inject_child_failure(after: int) -> None:
 
 
 def _routes(consumer: Any) -> dict[tuple[str, int], list[tuple[int, int, int, int]]]:
-    """(topic, partition) -> [(start, end, token id, epoch)] of the ranges this member holds."""
+    """(topic, partition) -> [(start, end, token id, epoch)] of the ranges this member holds.
+
+    Parked ranges (negative ids: kept in the commit metadata while the store is down or still opening)
+    are nobody's backfill: the primary's records inside their spans are the primary's.
+    """
     out: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
     for token, _progress in consumer.backfill_progress():
+        if token.id < 0:
+            continue
         out.setdefault((token.topic, token.partition), []).append(
             (token.span.start, token.span.end, token.id, token.epoch)
         )
