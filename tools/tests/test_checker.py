@@ -267,11 +267,16 @@ def test_a_later_reset_forward_excuses_what_a_reset_back_owed() -> None:
     assert v.not_reread == 0 and v.ok
 
 
-def test_a_reset_forward_excuses_only_records_written_before_it_in_its_span() -> None:
-    ops = OperatorLog([Skipped("t", 0, 0, 10, at_ms=1005)])  # records 0..4 were written before the reset
+def test_a_reset_forward_excuses_the_records_of_its_span_in_its_generation_only() -> None:
+    # records 5..9 were written after the operator read the clock, before the group was moved past them
+    ops = OperatorLog([Skipped("t", 0, 0, 10, at_ms=1005)])
     v = analyze(produced(20), done(range(10, 20)), operator=ops)
-    assert v.operator_skipped == 5
-    assert v.lost == 5 and [k[2] for k in v.lost_sample] == [5, 6, 7, 8, 9]
+    assert v.operator_skipped == 10 and v.lost == 0
+    # the topic re-created later: offsets 0..9 of the new generation are owed like any others
+    ops = OperatorLog([Skipped("t", 0, 0, 10, at_ms=1005), Recreated("t", at_ms=2000)])
+    v = analyze(produced(20) + produced(10, t0=3000), done(range(10, 20)), operator=ops)
+    assert v.deleted_with_topic == 10, "the old generation's records went with it, skipped or not"
+    assert v.lost == 10 and {k[0] for k in v.lost_sample} == {"t~1"}
 
 
 def test_a_re_created_topics_offsets_are_a_new_generation() -> None:

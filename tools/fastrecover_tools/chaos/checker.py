@@ -173,13 +173,14 @@ class OperatorLog:
         return self.generation(topic, produced_ms) < self.final_generation(topic)
 
     def skipped(self, topic: str, partition: int, offset: int, produced_ms: int, after_ms: int = -1) -> bool:
-        """An operator moved the group over this record (after ``after_ms``), in the record's generation."""
+        """An operator moved the group over this record (after ``after_ms``), in the record's generation.
+
+        Every record of the span counts, whenever it was written: the new offset is at most the log end
+        the operator read, so each one was in the log when the group was moved past it.
+        """
         gen = self.generation(topic, produced_ms)
         return any(
-            s.start <= offset < s.end
-            and produced_ms < s.at_ms
-            and s.at_ms > after_ms
-            and self.generation(topic, s.at_ms) == gen
+            s.start <= offset < s.end and s.at_ms > after_ms and self.generation(topic, s.at_ms) == gen
             for s in self._skips.get((topic, partition), ())
         )
 

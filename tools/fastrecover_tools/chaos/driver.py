@@ -50,6 +50,7 @@ from fastrecover.store import open_store
 from fastrecover.store.engine import url_for_child
 from fastrecover.tokens import Token
 from fastrecover_tools.chaos.checker import (
+    Effect,
     Incarnation,
     Key,
     OperatorLog,
@@ -180,6 +181,8 @@ class ChaosResult:
     notes: list[str] = field(default_factory=list)
     #: what the operator did, in order ("reset-earliest: t to [0]=0, ...")
     operator: list[str] = field(default_factory=list)
+    #: and what each of those obliges or excuses (the checker's input)
+    operator_effects: list[Effect] = field(default_factory=list)
 
 
 class WorkerProc:
@@ -829,6 +832,7 @@ class ChaosDriver:
             stalls_missed=self.stalls_missed,
             notes=list(self.notes),
             operator=list(self.operator.done) if self.operator is not None else [],
+            operator_effects=list(self.operator.effects) if self.operator is not None else [],
         )
         for p in self.procs:
             result.commit_modes[p.commit_mode] += 1

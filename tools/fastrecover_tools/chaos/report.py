@@ -125,6 +125,8 @@ def result_json(r: ChaosResult) -> dict[str, Any]:
         "degraded_recoveries": r.degraded_recoveries,
         "notes": r.notes,
         "operator": r.operator,
+        # what the verdict held the group to, for analysing a campaign again
+        "operator_effects": [{"kind": type(e).__name__, **asdict(e)} for e in r.operator_effects],
     }
 
 
