@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -112,6 +113,7 @@ class Recoverer:
         self.reports: list[RecoveryReport] = []
         #: partitions that replayed while the store opened, with what their recovery read (recover_pending)
         self.pending: dict[TopicPartitionKey, _Inputs] = {}
+        self._pending_after = 0.0
         #: asks the cluster id with a metadata request for a topic (never the primary's handle: see ChildHandle)
         self._cluster_of = cluster_of
         #: this consumer's Kafka cluster, as lineages name it (asked for once, when first needed)
@@ -242,7 +244,7 @@ class Recoverer:
         """
         for key in [k for k in self.pending if k not in assigned]:
             del self.pending[key]
-        if not self.pending or self._link.opening:
+        if not self.pending or self._link.opening or time.monotonic() < self._pending_after:
             return None
         store = self._link.get()
         inputs = self.pending
@@ -253,11 +255,11 @@ class Recoverer:
         stored = self._stored_tokens(store, floors)
         if store is None or stored is None:
             return None  # down: the link's back-off paces the next try (the parked mirror keeps the ranges)
-        self.pending = {}
         cluster = ""
         if any(stored.values()) or any(g.mirrored for g in inputs.values()):
             found = self._cluster_label(next(iter(inputs)).topic)
-            if found is None:
+            if found is None:  # the broker cannot say yet: tried again after the back-off
+                self._pending_after = time.monotonic() + self._settings.retry_backoff_s
                 return None
             cluster = found
             # a lineage drawn before the cluster was asked names none: the ranges claimed, restored or
@@ -269,6 +271,7 @@ class Recoverer:
                 else replace(g, lineage=new_lineage(cluster, os.urandom(8)))
                 for k, g in inputs.items()
             }
+        self.pending = {}
         out = Recovered([], [], [], {})
         before = len(self.reports)
         self._execute(store, self._plans(inputs, stored, cluster, _NO_JUMP), inputs, out)
