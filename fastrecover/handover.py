@@ -156,7 +156,7 @@ class Handover(CommitPaths):
             self.user_meta.pop(key, None)
         self.recoverer.forget(keys)
         self.routes = self.book.routes()
-        store = self.link.get()
+        store = self._store_for_release()
         if lost or store is None:
             return
         for held in released:
@@ -166,6 +166,18 @@ class Handover(CommitPaths):
                 store.release(held.token.id, self.owner, held.token.epoch)
             except StoreError as exc:
                 log.debug("release of range #%d failed: %s", held.token.id, exc)
+
+    def _store_for_release(self) -> RangeStore | None:
+        """The store for a revoke or close; what its background open raised is not raised here.
+
+        A consumer closed before it ever polled has not seen the open's error yet (a store behind in
+        schema): close() must still close the consumer, and there is nothing of this member's to release.
+        """
+        try:
+            return self.link.get()
+        except StoreError as exc:
+            log.warning("range store not usable while letting partitions go: %s", exc)
+            return None
 
     def hand_back(self, keys: list[TopicPartitionKey]) -> None:
         """Move Kafka's offset down to the lowest unfinished offset of partitions with open ranges.
@@ -184,7 +196,7 @@ class Handover(CommitPaths):
         well: librdkafka commits the stored offsets of the partitions it unassigns, which
         would otherwise put Kafka's offset back above the open ranges.
         """
-        store = self.link.get()
+        store = self._store_for_release()
         open_keys = [k for k in keys if any(not h.parked and not h.pending.done for h in self.book.held(k))]
         if store is None or not open_keys:
             return

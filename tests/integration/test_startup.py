@@ -19,6 +19,7 @@ from confluent_kafka import Message, TopicPartition
 from fastrecover import Consumer, hooks
 from fastrecover.codec import cluster_label, lineage_cluster
 from fastrecover.store import open_store
+from fastrecover.store.models import VERSION_TABLE
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
@@ -183,3 +184,25 @@ def test_a_range_taken_up_after_a_replay_with_no_marker_carries_this_clusters_li
     finally:
         consumer.close()
     assert token.lineage is not None and lineage_cluster(token.lineage) == cluster_label(cluster)
+
+
+def test_a_consumer_closed_before_it_saw_the_opens_error_still_closes(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """The store turned out to be behind in schema after a replay began; close() releases and leaves the group."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [f"r{i}" for i in range(50)], partition=0)
+    Consumer(parallel_config(bootstrap, unique_group, store_url)).close()  # the schema
+    with open_store(store_url) as store, store.engine.begin() as conn:  # an older fastrecover's schema
+        conn.exec_driver_sql(f"DROP TABLE {VERSION_TABLE}")
+    config = parallel_config(bootstrap, unique_group, store_url)
+    del config["fastrecover.recovery.replay.max.offsets"]
+    hold_store_opens(store_gate)
+    consumer = Consumer(config)
+    consumer.assign([TopicPartition(topic, 0)])
+    assert consumer.recoveries[0].primary_start is None, "replayed while the store was held shut"
+    store_gate.set()
+    wait_for(lambda: not consumer._fr.link.opening, 30, 0.01, "the open to end")  # type: ignore[union-attr]
+    consumer.close()  # no SchemaBehindError out of close(): the application never polled to see it
+    with pytest.raises(RuntimeError):
+        consumer.poll(0)  # closed as a plain consumer is
