@@ -20,7 +20,7 @@ from fastrecover import Consumer, hooks
 from fastrecover.codec import cluster_label, lineage_cluster
 from fastrecover.store import open_store
 from fastrecover.store.models import VERSION_TABLE
-from fastrecover.tokens import TokenState
+from fastrecover.tokens import Token, TokenState
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import consume_until, group_offsets, offset_of, parallel_config
@@ -48,6 +48,28 @@ def hold_store_opens(release: threading.Event) -> None:
         release.wait(60)
 
     hooks.register("store-open", hold)
+
+
+def _default_consumer(bootstrap: str, group: str, store_url: str, gate: threading.Event) -> Consumer:
+    """A consumer with the library's replay default, its store held shut until ``gate`` is set."""
+    config = parallel_config(bootstrap, group, store_url)
+    del config["fastrecover.recovery.replay.max.offsets"]
+    hold_store_opens(gate)
+    return Consumer(config)
+
+
+def _until_done(consumer: Consumer, store_url: str, token_id: int, what: str) -> Token:
+    """Read and commit until the store shows range ``token_id`` done; the token then."""
+
+    def done() -> bool:
+        consumer.consume(100, 0.05)
+        consumer.commit(asynchronous=False)
+        with open_store(store_url) as store:
+            return store.get(token_id).state is TokenState.DONE
+
+    wait_for(done, 60, 0.01, what)
+    with open_store(store_url) as store:
+        return store.get(token_id)
 
 
 def _a_crashed_member_owes_a_range(bootstrap: str, topic: str, group: str, store_url: str) -> int:
@@ -80,10 +102,7 @@ def test_a_small_lag_is_replayed_while_the_store_opens_and_the_owed_range_is_tak
     produce(bootstrap, topic, [f"r{i}" for i in range(FIRST_END, LOG_END)], partition=0)
 
     # the library's default: a lag of 680 is replayed rather than waited for
-    config = parallel_config(bootstrap, unique_group, store_url)
-    del config["fastrecover.recovery.replay.max.offsets"]
-    hold_store_opens(store_gate)
-    consumer = Consumer(config)
+    consumer = _default_consumer(bootstrap, unique_group, store_url, store_gate)
     got: list[Message] = []
     try:
         consumer.assign([TopicPartition(topic, 0)])
@@ -99,15 +118,7 @@ def test_a_small_lag_is_replayed_while_the_store_opens_and_the_owed_range_is_tak
         wanted = set(range(OWED_FROM, LOG_END))
         consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "every record")
 
-        def taken_up() -> bool:
-            consumer.consume(100, 0.05)
-            consumer.commit(asynchronous=False)
-            with open_store(store_url) as store:
-                return store.get(owed).state is TokenState.DONE
-
-        wait_for(taken_up, 60, 0.01, "the owed range to be claimed and finished once the store opened")
-        with open_store(store_url) as store:
-            token = store.get(owed)
+        token = _until_done(consumer, store_url, owed, "the owed range claimed and finished once the store opened")
         assert token.epoch == 2 and token.owner == consumer._fr.owner, "claimed by this consumer"  # type: ignore[union-attr]
     finally:
         consumer.close()
@@ -160,10 +171,7 @@ def test_a_range_taken_up_after_a_replay_with_no_marker_carries_this_clusters_li
         cluster = plain.list_topics(timeout=30).cluster_id
     finally:
         plain.close()
-    config = parallel_config(bootstrap, unique_group, store_url)
-    del config["fastrecover.recovery.replay.max.offsets"]
-    hold_store_opens(store_gate)
-    consumer = Consumer(config)
+    consumer = _default_consumer(bootstrap, unique_group, store_url, store_gate)
     got: list[Message] = []
     try:
         consumer.assign([TopicPartition(topic, 0)])
@@ -172,15 +180,7 @@ def test_a_range_taken_up_after_a_replay_with_no_marker_carries_this_clusters_li
         wanted = set(range(OWED_FROM, FIRST_END)) | set(range(600, LOG_END))
         consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the owed range and the lag")
 
-        def finished() -> bool:
-            consumer.consume(100, 0.05)
-            consumer.commit(asynchronous=False)
-            with open_store(store_url) as store:
-                return store.get(owed).state is TokenState.DONE
-
-        wait_for(finished, 60, 0.01, "the owed range to finish")
-        with open_store(store_url) as store:
-            token = store.get(owed)
+        token = _until_done(consumer, store_url, owed, "the owed range to finish")
     finally:
         consumer.close()
     assert token.lineage is not None and lineage_cluster(token.lineage) == cluster_label(cluster)
@@ -195,10 +195,7 @@ def test_a_consumer_closed_before_it_saw_the_opens_error_still_closes(
     Consumer(parallel_config(bootstrap, unique_group, store_url)).close()  # the schema
     with open_store(store_url) as store, store.engine.begin() as conn:  # an older fastrecover's schema
         conn.exec_driver_sql(f"DROP TABLE {VERSION_TABLE}")
-    config = parallel_config(bootstrap, unique_group, store_url)
-    del config["fastrecover.recovery.replay.max.offsets"]
-    hold_store_opens(store_gate)
-    consumer = Consumer(config)
+    consumer = _default_consumer(bootstrap, unique_group, store_url, store_gate)
     consumer.assign([TopicPartition(topic, 0)])
     assert consumer.recoveries[0].primary_start is None, "replayed while the store was held shut"
     store_gate.set()

@@ -159,14 +159,16 @@ class OperatorLog:
     def final_generation(self, topic: str) -> int:
         return len(self._births.get(topic, []))
 
-    def name(self, topic: str, at_ms: int) -> str:
+    @staticmethod
+    def _named(topic: str, gen: int) -> str:
         """``topic`` for its first generation, ``topic~N`` for the N-th re-creation: keys that never collide."""
-        gen = self.generation(topic, at_ms)
         return topic if gen == 0 else f"{topic}~{gen}"
 
+    def name(self, topic: str, at_ms: int) -> str:
+        return self._named(topic, self.generation(topic, at_ms))
+
     def final_name(self, topic: str) -> str:
-        gen = self.final_generation(topic)
-        return topic if gen == 0 else f"{topic}~{gen}"
+        return self._named(topic, self.final_generation(topic))
 
     def ended(self, topic: str, produced_ms: int) -> bool:
         """The record's generation of ``topic`` was deleted later."""
