@@ -56,11 +56,11 @@ class _Inputs:
     lineage: str
 
 
-def _floor(committed: int | None, marker: Marker | None) -> int | None:
+def _floor(committed: int | None, mirrored: Sequence[RangeProgress]) -> int | None:
     """Done ranges ending at or below this cannot matter: the store read starts there."""
     if committed is None:
         return None
-    return min([committed, *(m.start for m in (marker.ranges if marker is not None else ()))])
+    return min([committed, *(m.start for m in mirrored)])
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,9 @@ class Recoverer:
             self.pending.pop(key, None)  # recovered anew
         replay = self._replays_first(read, log_ends)
         store = None if replay else self._link.get()
-        stored = self._stored_tokens(store, {k: _floor(c, m) for k, (c, m) in read.items()})
+        stored = self._stored_tokens(
+            store, {k: _floor(c, m.ranges if m is not None else ()) for k, (c, m) in read.items()}
+        )
         if stored is None:
             store = None
         cluster = ""
@@ -248,11 +250,7 @@ class Recoverer:
             return None
         store = self._link.get()
         inputs = self.pending
-        floors = {
-            k: min([g.committed, *(r.start for r in g.mirrored)]) if g.committed is not None else None
-            for k, g in inputs.items()
-        }
-        stored = self._stored_tokens(store, floors)
+        stored = self._stored_tokens(store, {k: _floor(g.committed, g.mirrored) for k, g in inputs.items()})
         if store is None or stored is None:
             return None  # down: the link's back-off paces the next try (the parked mirror keeps the ranges)
         cluster = ""
