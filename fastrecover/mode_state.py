@@ -37,6 +37,8 @@ log = logging.getLogger("fastrecover.consumer")
 RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
 
 _K = _KafkaConsumer
+#: librdkafka's spellings of auto.offset.reset that start a partition with no committed offset at its log start
+_EARLIEST_RESETS = ("smallest", "earliest", "beginning")
 
 
 def key_of(tp: TopicPartition) -> TopicPartitionKey:
@@ -116,7 +118,16 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             on_commit=conf.get("on_commit"),
             on_fenced=self.child.drop_range,
         )
-        self.recoverer = Recoverer(app, self.book, self.link, settings, self.group, self.owner, self.child.cluster_id)
+        self.recoverer = Recoverer(
+            app,
+            self.book,
+            self.link,
+            settings,
+            self.group,
+            self.owner,
+            self.child.cluster_id,
+            reset_earliest=str(conf.get("auto.offset.reset", "latest")).lower() in _EARLIEST_RESETS,
+        )
         self.offsets = PrimaryOffsets()
         self.offsets.untracked = self.auto_store  # the steady state, from the start
         self.child_runs: list[Run] = []

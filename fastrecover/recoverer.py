@@ -38,8 +38,10 @@ log = logging.getLogger("fastrecover.recovery")
 
 #: start offsets that leave the choice to the group's committed offset: only these are recovered
 _UNCHOSEN = (OFFSET_INVALID, OFFSET_STORED)
-#: the ListOffsets timestamp that asks for a partition's log end (Kafka's LATEST_TIMESTAMP)
+#: the ListOffsets timestamps that ask for a partition's log end and log start (Kafka's LATEST_TIMESTAMP
+#: and EARLIEST_TIMESTAMP)
 _LATEST = -1
+_EARLIEST = -2
 #: a backfill.min.offsets no lag reaches: the primary starts at the committed offset
 _NO_JUMP = 2**63
 
@@ -103,6 +105,8 @@ class Recoverer:
         group: str,
         owner: str,
         cluster_of: Callable[[str], str | None],
+        *,
+        reset_earliest: bool = False,
     ) -> None:
         self._primary = primary  # the application's object: its confluent_kafka methods, never overrides
         self._book = book
@@ -118,6 +122,8 @@ class Recoverer:
         self._cluster_of = cluster_of
         #: this consumer's Kafka cluster, as lineages name it (asked for once, when first needed)
         self._cluster: str | None = None
+        #: auto.offset.reset sends a partition with no committed offset to its log start (see _reset_starts)
+        self._reset_earliest = reset_earliest
 
     def recover(self, partitions: list[TopicPartition]) -> Recovered:
         """Start offsets for ``partitions`` and the ranges to backfill, tokens written first.
@@ -151,14 +157,17 @@ class Recoverer:
                 exc,
             )
             return out
-        log_ends = self._log_ends(keys)
+        log_ends = self._list_offsets(keys, _LATEST)
+        unchecked = [k for k in keys if (c := committed.get(k)) is None or c.offset < 0]
+        checkpointed = any(tp.offset >= 0 for tp in committed.values())
+        starts_at = self._reset_starts(unchecked) if unchecked and checkpointed else {}
         read: dict[TopicPartitionKey, tuple[int | None, Marker | None]] = {}
         for key in keys:
             ctp = committed.get(key)
             if key not in log_ends:
                 log.warning("no recovery for %s: its log end is unavailable; starting at the committed offset", key)
                 continue
-            offset = ctp.offset if ctp is not None and ctp.offset >= 0 else None
+            offset = ctp.offset if ctp is not None and ctp.offset >= 0 else starts_at.get(key)
             read[key] = (offset, self._marker(key, ctp.metadata if ctp is not None else None))
         for key in read:
             self.pending.pop(key, None)  # recovered anew
@@ -310,34 +319,53 @@ class Recoverer:
         log.warning("no recovery for %s (%r); it starts at its committed offset like a plain consumer", key, exc)
         self._book.remove_partitions([key])
 
-    def _log_ends(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """Each partition's log end, asked for all of them in one request where the broker allows.
+    def _reset_starts(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Where a plain consumer starts on partitions with no committed offset, when that is their log start.
 
-        A ListOffsets for the latest timestamp is what ``get_watermark_offsets`` sends per
+        Called only when other partitions of the same recovery have a committed offset: the group has
+        checkpoints, and these partitions lack theirs (commits that never landed before a crash, a
+        partition added to the topic).  With ``auto.offset.reset=earliest`` a plain consumer reads them
+        from their log start, in the same fetches as every other partition's fresh records, which then
+        wait behind the replay.  That is a lag like any other: recovery takes the log start as the
+        checkpoint, so a large one is backfilled by the child while the primary serves fresh records.
+
+        A group with no committed offset at all is a new consumer, not a recovery: it reads from
+        ``auto.offset.reset`` in order, as plain.  Under ``latest`` (librdkafka's default) or ``error``
+        there is no lag to take: librdkafka decides.  A partition whose log start cannot be read is left
+        to librdkafka too.
+        """
+        if not self._reset_earliest or not keys:
+            return {}
+        return self._list_offsets(keys, _EARLIEST)
+
+    def _list_offsets(self, keys: list[TopicPartitionKey], timestamp: int) -> dict[TopicPartitionKey, int]:
+        """Each partition's log end (``_LATEST``) or start (``_EARLIEST``), in one request where the broker allows.
+
+        A ListOffsets for these timestamps is what ``get_watermark_offsets`` sends per
         partition; a partition the batched answer leaves out is asked for on its own.
         """
         timeout = self._settings.recovery_timeout_s
-        ends: dict[TopicPartitionKey, int] = {}
+        found: dict[TopicPartitionKey, int] = {}
         try:
             answered = _KafkaConsumer.offsets_for_times(
-                self._primary, [TopicPartition(k.topic, k.partition, _LATEST) for k in keys], timeout=timeout
+                self._primary, [TopicPartition(k.topic, k.partition, timestamp) for k in keys], timeout=timeout
             )
             for tp in answered:
                 if tp.error is None and tp.offset >= 0:
-                    ends[TopicPartitionKey(tp.topic, tp.partition)] = int(tp.offset)
+                    found[TopicPartitionKey(tp.topic, tp.partition)] = int(tp.offset)
         except KafkaException as exc:
-            log.debug("log ends of %d partition(s) in one request: %s", len(keys), exc)
+            log.debug("offsets (timestamp %d) of %d partition(s) in one request: %s", timestamp, len(keys), exc)
         for key in keys:
-            if key in ends:
+            if key in found:
                 continue
             try:
-                _low, high = _KafkaConsumer.get_watermark_offsets(
+                low, high = _KafkaConsumer.get_watermark_offsets(
                     self._primary, TopicPartition(key.topic, key.partition), timeout=timeout
                 )
-                ends[key] = int(high)
+                found[key] = int(high if timestamp == _LATEST else low)
             except KafkaException as exc:
                 log.debug("watermarks of %s: %s", key, exc)
-        return ends
+        return found
 
     def _stored_tokens(
         self, store: RangeStore | None, floors: dict[TopicPartitionKey, int | None]

@@ -566,3 +566,67 @@ def test_backpressure_bounds_the_child_queue(
         consume_until(consumer, got, lambda: len({m.offset() for m in got}) >= 5010, 120, "drain everything")
     finally:
         consumer.close()
+
+
+def test_a_partition_with_no_committed_offset_is_backfilled_while_the_others_serve_fresh_records(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """The group has checkpoints, one partition lacks its own: its log start is its checkpoint.
+
+    A plain consumer reads that partition from its log start (``auto.offset.reset=earliest``) in the
+    same fetches as the other partitions' fresh records, which wait behind the replay.  Recovery takes
+    the log start as the committed offset instead: the token and Kafka's offset go down first, then the
+    child backfills the partition while the primary starts at its log end.
+    """
+    topic = topic_factory(partitions=3)
+    backlog = 2_000
+    produce(bootstrap, topic, [f"old{i}" for i in range(backlog)], partition=0)
+    for partition in (1, 2):
+        produce(bootstrap, topic, [f"seen{i}" for i in range(50)], partition=partition)
+    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group, "enable.auto.commit": False})
+    try:
+        plain.commit(offsets=[TopicPartition(topic, p, 50) for p in (1, 2)], asynchronous=False)
+    finally:
+        plain.close()
+
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        poll_until(consumer, got, lambda: len(consumer.recoveries) >= 3, 60, "the recovery of all three partitions")
+        by_partition = {r.key.partition: r for r in consumer.recoveries}
+        assert (by_partition[0].committed, by_partition[0].primary_start) == (0, backlog)
+        assert by_partition[0].new_ranges == (OffsetRange(0, backlog),)
+        assert not by_partition[1].new_ranges and not by_partition[2].new_ranges
+        (kafka,) = group_offsets(bootstrap, unique_group, topic, partitions=1)
+        assert kafka.offset == 0, "the checkpoint recovery took is Kafka's before the primary skips anything"
+
+        produce(bootstrap, topic, [f"fresh{i}" for i in range(20)], partition=1)
+
+        def everything() -> bool:
+            seen = {(m.partition(), offset_of(m)) for m in got}
+            return {(0, o) for o in range(backlog)} | {(1, o) for o in range(50, 70)} <= seen
+
+        consume_until(consumer, got, everything, 60, "the backlog of partition 0 and the fresh records of partition 1")
+    finally:
+        consumer.close()
+
+
+def test_a_group_with_no_committed_offset_at_all_reads_from_the_log_start_in_order(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """A new group is a new consumer, not a recovery: no range, the primary reads as plain does."""
+    topic = topic_factory(partitions=2)
+    for partition in (0, 1):
+        produce(bootstrap, topic, [f"r{i}" for i in range(300)], partition=partition)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        consume_until(consumer, got, lambda: len(got) >= 600, 60, "every record")
+        assert [r.new_ranges for r in consumer.recoveries] == [(), ()]
+        assert consumer.children_started == 0 or not consumer.backfill_progress()
+        for partition in (0, 1):
+            assert [offset_of(m) for m in got if m.partition() == partition] == list(range(300)), "in order"
+    finally:
+        consumer.close()
