@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka import Consumer as _KafkaConsumer
 
+from fastrecover import hooks
 from fastrecover.book import Held, RangeBook, mirror_context
 from fastrecover.codec import Marker, cluster_label, lineage_cluster, new_lineage, read_marker
 from fastrecover.committer import StoreLink
@@ -56,6 +57,8 @@ class _Inputs:
     #: which ranges the committed offset vouches for, and the lineage this recovery continues or starts
     trust: Trust
     lineage: str
+    #: the primary already started at the log end on the mirror alone (see Recoverer._jump_on_mirror)
+    jumped: bool = False
 
 
 def _floor(committed: int | None, mirrored: Sequence[RangeProgress]) -> int | None:
@@ -172,7 +175,8 @@ class Recoverer:
         for key in read:
             self.pending.pop(key, None)  # recovered anew
         replay = self._replays_first(read, log_ends)
-        store = None if replay else self._link.get()
+        on_mirror = not replay and self._jumps_on_mirror()
+        store = None if replay or on_mirror else self._link.get()
         stored = self._stored_tokens(
             store, {k: _floor(c, m.ranges if m is not None else ()) for k, (c, m) in read.items()}
         )
@@ -197,7 +201,7 @@ class Recoverer:
             except (CodecError, ValueError, OverflowError, TypeError) as exc:
                 self._give_up(key, exc)
         plans = self._plans(inputs, stored or {}, cluster, _NO_JUMP if replay else self._settings.backfill_min_offsets)
-        starts = self._execute(store, plans, inputs, out)
+        starts = self._jump_on_mirror(plans, inputs, out) if on_mirror else self._execute(store, plans, inputs, out)
         if replay:
             # the primary replays from the committed offsets; what the store holds for these partitions
             # (ranges owed, to retire, to restore) is taken up by recover_pending once it is open
@@ -240,6 +244,82 @@ class Recoverer:
             return False
         return all(c is None or log_ends[k] - c <= limit for k, (c, _) in read.items())
 
+    def _jumps_on_mirror(self) -> bool:
+        """The store is still opening and the ranges can be made durable in Kafka's commit metadata instead.
+
+        ``fastrecover.recovery.replay.max.offsets=0`` asks every recovery to wait for the store, and
+        without the mirror there is nowhere else to make a range durable first.
+        """
+        return self._settings.replay_max_offsets > 0 and self._settings.commit_mirror and self._link.opening
+
+    def _jump_on_mirror(
+        self, plans: dict[TopicPartitionKey, PartitionPlan], inputs: dict[TopicPartitionKey, _Inputs], out: Recovered
+    ) -> dict[TopicPartitionKey, int | None]:
+        """Skip to the log end with the ranges durable in Kafka's commit metadata; the store's part follows.
+
+        The store is still opening (SQLAlchemy's import, the connection, the schema check: about 0.4 s
+        on a 2-core machine) and these lags are larger than a replay would cover sooner.  Every range of
+        a plan that jumps (new, restored from the mirror) is parked in the book and committed with the
+        committed offset *C* itself, in its marker's mirror, synchronously: that commit is the token.  Only
+        the partitions whose commit Kafka took skip to *E*; the others start at *C* and replay, as with the
+        store down.  A crash before the store has them leaves the marker, whose mirror the next recovery
+        restores from (read again from their start: duplicates, never a skip).  Once the store is open,
+        :meth:`recover_pending` plans each partition again with the store's ranges and the same *C* and
+        *E*, and persists, claims and retires what a recovery with the store open would have.
+        """
+        parked: dict[TopicPartitionKey, TopicPartition] = {}
+        for key, plan in plans.items():
+            given = inputs[key]
+            self._book.set_lineage(key, given.lineage)
+            self._park_known(key, plan)
+            if plan.primary_start is None or given.committed is None:
+                continue
+            for span in plan.new_ranges:
+                self._book.park(key, self._group, RangeProgress(span.start, span.end, span.start))
+            parked[key] = TopicPartition(
+                key.topic, key.partition, given.committed, metadata=self._book.metadata(key, given.committed)
+            )
+        durable = self._commit_markers(list(parked.values()))
+        starts: dict[TopicPartitionKey, int | None] = {}
+        for key, plan in plans.items():
+            jumped = key in parked and key in durable
+            if key in parked and not jumped:
+                # Kafka did not take the marker: nothing may be skipped; replay from C as with the store down
+                self._book.remove_partitions([key])
+                self._park_known(key, plan)
+                log.warning(
+                    "%s: the ranges could not be written to Kafka's commit metadata while the store opens; it "
+                    "starts at its committed offset %s and replays the lag of %d records (nothing lost)",
+                    key,
+                    plan.fallback_start,
+                    plan.lag,
+                )
+            start = plan.primary_start if jumped else None
+            report = self._report(key, plan, inputs[key], start, key in parked and not jumped, False)
+            self.reports.append(report)
+            if jumped and start is not None:
+                out.floors[key] = start
+            starts[key] = start
+            self.pending[key] = replace(inputs[key], jumped=jumped)
+        return starts
+
+    def _park_known(self, key: TopicPartitionKey, plan: PartitionPlan) -> None:
+        """Ranges the plan restores from the mirror or resumes, parked until the store takes them."""
+        for progress in plan.restored + tuple(t.progress for t in plan.backfill):
+            self._book.park(key, self._group, progress)
+
+    def _commit_markers(self, offsets: list[TopicPartition]) -> set[TopicPartitionKey]:
+        """Commit ``offsets`` (each partition's committed offset again, with a new marker); the ones Kafka took."""
+        if not offsets:
+            return set()
+        try:
+            hooks.fire("mirror-first-commit")
+            answer = _KafkaConsumer.commit(self._primary, offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("could not commit the range markers of %d partition(s): %s", len(offsets), exc)
+            return set()
+        return {TopicPartitionKey(tp.topic, tp.partition) for tp in answer or [] if tp.error is None}
+
     def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
         """Partitions that left this member: no store part of their recovery is owed any more."""
         for key in keys:
@@ -281,10 +361,18 @@ class Recoverer:
         self.pending = {}
         out = Recovered([], [], [], {})
         before = len(self.reports)
-        self._execute(store, self._plans(inputs, stored, cluster, _NO_JUMP), inputs, out)
+        # a partition that jumped on the mirror is planned as at its assignment, jump included (same C and E):
+        # its new ranges are the ones its marker holds, now written to the store
+        jumped = {k: g for k, g in inputs.items() if g.jumped}
+        plans = self._plans({k: g for k, g in inputs.items() if not g.jumped}, stored, cluster, _NO_JUMP)
+        plans.update(self._plans(jumped, stored, cluster, self._settings.backfill_min_offsets))
+        self._execute(store, plans, inputs, out)
         if any(not r.stored for r in self.reports[before:]):
             self.pending.update(inputs)  # the transaction rolled back: tried again after the back-off
             self._link.failed()
+            for key in jumped:  # the primary is past them: their ranges stay parked in the marker's mirror
+                for span in plans[key].new_ranges if key in plans else ():
+                    self._book.park(key, self._group, RangeProgress(span.start, span.end, span.start))
         out.to_mirror.clear()  # the primary commits the mirror with its own offset; this one is old
         return out
 
