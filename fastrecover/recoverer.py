@@ -286,6 +286,7 @@ class Recoverer:
             if key in parked and not jumped:
                 # Kafka did not take the marker: nothing may be skipped; replay from C as with the store down
                 self._book.remove_partitions([key])
+                self._book.set_lineage(key, inputs[key].lineage)
                 self._park_known(key, plan)
                 log.warning(
                     "%s: the ranges could not be written to Kafka's commit metadata while the store opens; it "
@@ -367,6 +368,8 @@ class Recoverer:
         plans = self._plans({k: g for k, g in inputs.items() if not g.jumped}, stored, cluster, _NO_JUMP)
         plans.update(self._plans(jumped, stored, cluster, self._settings.backfill_min_offsets))
         self._execute(store, plans, inputs, out)
+        for key in jumped:  # floors were set at the jump; one the primary's own commits dropped since stays dropped
+            out.floors.pop(key, None)
         if any(not r.stored for r in self.reports[before:]):
             self.pending.update(inputs)  # the transaction rolled back: tried again after the back-off
             self._link.failed()
