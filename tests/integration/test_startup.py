@@ -10,6 +10,7 @@ point, so the test decides when it ends.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from fastrecover import Consumer, hooks
 from fastrecover.book import mirror_context
 from fastrecover.codec import cluster_label, lineage_cluster, read_marker
+from fastrecover.errors import StoreError
 from fastrecover.store import open_store
 from fastrecover.store.models import VERSION_TABLE
 from fastrecover.tokens import Token, TokenState, TopicPartitionKey
@@ -304,3 +306,45 @@ def test_a_consumer_closed_before_it_saw_the_opens_error_still_closes(
     consumer.close()  # no SchemaBehindError out of close(): the application never polled to see it
     with pytest.raises(RuntimeError):
         consumer.poll(0)  # closed as a plain consumer is
+
+
+def test_a_store_write_that_fails_after_the_jump_keeps_the_ranges_in_kafkas_marker(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """The primary is past the lag: until the store has the ranges, every commit must carry them."""
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    config = parallel_config(
+        bootstrap,
+        unique_group,
+        store_url,
+        **{"fastrecover.recovery.replay.max.offsets": 100, "fastrecover.store.retry.backoff.ms": 200},
+    )
+    failing = threading.Event()
+    failing.set()
+    attempts: list[float] = []
+
+    def refuse() -> None:
+        if failing.is_set():
+            attempts.append(time.monotonic())
+            raise StoreError("injected: the store's part of the recovery could not be written")
+
+    hooks.register("token-write", refuse)
+    hold_store_opens(store_gate)
+    consumer = Consumer(config)
+    got: list[Message] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert consumer.recoveries[0].primary_start == LOG_END
+        produce(bootstrap, topic, [f"fresh{i}" for i in range(20)], partition=0)
+        store_gate.set()
+        consume_until(consumer, got, lambda: len(got) >= 20 and bool(attempts), 30, "a failed store write")
+        consumer.commit(asynchronous=False)  # the primary's own offset, above the lag
+        offset, ranges = _marker_ranges(bootstrap, unique_group, topic)
+        assert offset == LOG_END + 20 and ranges == [(OWED_FROM, LOG_END)], "the marker still holds the lag"
+
+        failing.clear()
+        wanted = set(range(OWED_FROM, LOG_END + 20))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the lag after the write")
+    finally:
+        consumer.close()
