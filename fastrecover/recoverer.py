@@ -365,17 +365,22 @@ class Recoverer:
         # a partition that jumped on the mirror is planned as at its assignment, jump included (same C and E):
         # its new ranges are the ones its marker holds, now written to the store
         jumped = {k: g for k, g in inputs.items() if g.jumped}
+        # the primary is past their lag: what they hold parked (the marker's mirror) stays until the store has it
+        parked = {k: [h.durable for h in self._book.held(k)] for k in jumped}
         plans = self._plans({k: g for k, g in inputs.items() if not g.jumped}, stored, cluster, _NO_JUMP)
         plans.update(self._plans(jumped, stored, cluster, self._settings.backfill_min_offsets))
         self._execute(store, plans, inputs, out)
-        for key in jumped:  # floors were set at the jump; one the primary's own commits dropped since stays dropped
-            out.floors.pop(key, None)
-        if any(not r.stored for r in self.reports[before:]):
+        failed = any(not r.stored for r in self.reports[before:])
+        if failed:
             self.pending.update(inputs)  # the transaction rolled back: tried again after the back-off
             self._link.failed()
-            for key in jumped:  # the primary is past them: their ranges stay parked in the marker's mirror
-                for span in plans[key].new_ranges if key in plans else ():
-                    self._book.park(key, self._group, RangeProgress(span.start, span.end, span.start))
+        for key in jumped:
+            out.floors.pop(key, None)  # set at the jump; a floor the primary's own commits dropped since stays dropped
+            if failed or key not in plans:  # not written (or not plannable): parked again, exactly as before
+                self._book.remove_partitions([key])
+                self._book.set_lineage(key, jumped[key].lineage)
+                for progress in parked[key]:
+                    self._book.park(key, self._group, progress)
         out.to_mirror.clear()  # the primary commits the mirror with its own offset; this one is old
         return out
 
