@@ -329,7 +329,8 @@ def crash_caption(crash: Mapping[str, Any]) -> str:
         "Cells: `median (min-max, spread % of the median)`. "
         "spawn→fresh is counted from the start of the process that delivered; a process that exits on a fatal "
         f"error is restarted {crash.get('respawn_delay_s', '?')} s later. group.protocol=consumer groups: "
-        f"session {group.get('session_ms', '?')} ms, heartbeat {group.get('heartbeat_ms', '?')} ms."
+        f"consumer.session.timeout.ms {group.get('session_ms', '?')}, "
+        f"consumer.heartbeat.interval.ms {group.get('heartbeat_ms', '?')}."
     )
     settings = crash.get("setups") or {}
     if settings:
