@@ -137,10 +137,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"consumer.heartbeat.interval.ms of those groups (default {KIP848_HEARTBEAT_MS}; 0 keeps the broker's)",
     )
     parser.add_argument(
+        "--partition-counts",
+        type=_ints,
+        help=f"partitions per member of the partitions runs (default {','.join(map(str, FULL.partition_counts))}; "
+        f"--quick {','.join(map(str, QUICK.partition_counts))})",
+    )
+    parser.add_argument(
+        "--partition-lag",
+        type=_positive,
+        help=f"records behind the committed offset on every partition of the partitions runs "
+        f"(default {FULL.partition_lag}: above fastrecover.backfill.min.offsets, so each partition gets a range)",
+    )
+    parser.add_argument(
+        "--partition-repeats", type=_positive, help="repeats of every partitions cell (default: --repeats)"
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
-        help="profile every consumer process (cProfile, DIR/<run>-<pid>.prof) to find where the time goes; "
+        help="profile every consumer process (cProfile, DIR/<run>-<pid>.prof) to find where the time goes "
+        "(partitions runs: the assign() in on_assign, which is fastrecover's recovery); "
         "a profiled run's figures are distorted: use another --out",
     )
     parser.add_argument(
@@ -201,6 +217,8 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
         "steady_repeats": args.steady_repeats,
         "store_commits": args.store_commits,
         "crash_lags": args.crash_lags,
+        "partition_counts": args.partition_counts,
+        "partition_lag": args.partition_lag,
     }
     sizes = Sizes(**{**vars(base), **{k: v for k, v in overrides.items() if v is not None}})
     words = ["fastrecover", *(sys.argv[1:] if argv is None else argv)]
@@ -225,6 +243,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str] | None = None) -
             kip848_session_ms=args.kip848_session_ms,
             kip848_heartbeat_ms=args.kip848_heartbeat_ms,
         ),
+        partition_repeats=args.partition_repeats,
         command=shlex.join(mask_command(words)),
         secrets=secrets,
     )

@@ -341,6 +341,118 @@ def crash_caption(crash: Mapping[str, Any]) -> str:
     return text
 
 
+def partition_items(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(partition count, cell) of the partitions runs, by increasing count."""
+    return lag_items(section.get("cells") or {})
+
+
+def _counted(stat: Stat) -> str:
+    """A count's median and range, or its one value when the repeats agree."""
+    if stat.median is None or stat.low is None or stat.high is None:
+        return "n/a"
+    if stat.low == stat.high:
+        return f"{stat.median:,.0f}"
+    return f"{stat.median:,.0f} ({stat.low:,.0f}-{stat.high:,.0f})"
+
+
+#: The fastrecover arm that subscribes once its store is open: every partition gets its range.
+STORE_OPEN_ARM = "fastrecover-store-open"
+
+
+def partitions_table(section: Mapping[str, Any]) -> str:
+    """Per partition count, the timeline users see: time to fresh, assignment, recovery, plain vs fastrecover."""
+    rows = []
+    for count, per in partition_items(section):
+        plain, fast = per.get("plain", {}), per.get("fastrecover", {})
+        rows.append(
+            [
+                f"{int(count):,}",
+                _stat(plain, "spawn_to_fresh_s").cell(3),
+                _stat(fast, "spawn_to_fresh_s").cell(3),
+                _stat(per, "ratio_spawn_to_fresh_s").cell(2),
+                _stat(plain, "subscribe_to_assigned_s").cell(3),
+                _stat(fast, "subscribe_to_assigned_s").cell(3),
+                _stat(plain, "recovery_s").cell(4),
+                _stat(fast, "recovery_s").cell(3, show_spread=True),
+                _counted(_stat(fast, "ranges_opened")),
+            ]
+        )
+    return markdown_table(
+        [
+            "partitions per member",
+            "plain: spawn→fresh (s)",
+            "fastrecover: spawn→fresh (s)",
+            "fastrecover / plain (paired)",
+            "plain: subscribe→assigned (s)",
+            "fastrecover: subscribe→assigned (s)",
+            "plain: assign() in on_assign (s)",
+            "fastrecover: recovery, assign() in on_assign (s)",
+            "fastrecover: partitions given a range",
+        ],
+        rows,
+        align="rrrrrrrrr",
+    )
+
+
+def partitions_store_table(section: Mapping[str, Any]) -> str:
+    """Per partition count, the recovery with a range on every partition: its time and its store work."""
+    rows = []
+    for count, per in partition_items(section):
+        arm = per.get(STORE_OPEN_ARM, {})
+        if not isinstance(arm, Mapping) or not arm:
+            continue
+        rows.append(
+            [
+                f"{int(count):,}",
+                _stat(arm, "recovery_s").cell(3, show_spread=True),
+                _stat(arm, "subscribe_to_assigned_s").cell(3),
+                _stat(arm, "joined_to_fresh_s").cell(3),
+                _counted(_stat(arm, "ranges_opened")),
+                _counted(_stat(arm, "rows")),
+                f"{_counted(_stat(arm, 'recovery_statements'))} / {_counted(_stat(arm, 'recovery_commits'))}",
+                f"{_counted(_stat(arm, 'statements'))} / {_counted(_stat(arm, 'store_commits'))}",
+                _stat(arm, "spawn_to_lag_drained_s").cell(2),
+            ]
+        )
+    return markdown_table(
+        [
+            "partitions per member",
+            "recovery, assign() in on_assign (s)",
+            "subscribe→assigned (s)",
+            "joined→fresh (s)",
+            "partitions given a range",
+            "store rows",
+            "store statements / transactions in the recovery",
+            "store statements / transactions, to every range done",
+            "spawn→lag delivered (s)",
+        ],
+        rows,
+        align="rrrrrrrrr",
+    )
+
+
+def partitions_caption(section: Mapping[str, Any]) -> str:
+    return (
+        f"One consumer process per run on a topic of N partitions, {section.get('lag_per_partition', '?')} "
+        f"records behind the committed offset on each; {section.get('repeats', '?')} repeats, the arms "
+        f"interleaved. Settings: {section.get('settings', '?')}. spawn→fresh: from the process spawn to the "
+        "first record produced after it; subscribe→assigned: subscribe() to the end of the application's "
+        "on_assign, which calls assign() itself: with fastrecover that call is the recovery. A recovery that "
+        "meets the store still opening (it opens on a thread from construction) replays lags up to "
+        "`fastrecover.recovery.replay.max.offsets` instead of opening ranges: the last column says how many "
+        "partitions got one."
+    )
+
+
+def partitions_store_caption() -> str:
+    return (
+        "The same runs with a third arm: fastrecover subscribing once its store has opened, so every "
+        "partition gets a range. Statements are the SQL statements the consumer process sent (counted from "
+        "SQLAlchemy's engine events), transactions those it committed; rows are the store's rows once every "
+        "range is done."
+    )
+
+
 def work_table(work: Mapping[str, Any]) -> str:
     plain, fast = work.get("plain", {}), work.get("fastrecover", {})
     row = [
@@ -498,6 +610,50 @@ def evaluate_goals(result: Mapping[str, Any]) -> list[Goal]:
     crash = result.get("crash") or {}
     if crash.get("cells"):
         goals += crash_goals(crash)
+    section = result.get("partitions") or {}
+    if section.get("cells"):
+        goals += partition_goals(section)
+    return goals
+
+
+#: Issue 31: the recovery of this many partitions per member takes at most RECOVERY_GOAL_S.
+RECOVERY_GOAL_PARTITIONS = 2048
+RECOVERY_GOAL_S = 1.0
+#: Time to fresh is flat in the partition count: fastrecover's spawn→fresh at the most partitions over the fewest.
+FLAT_LIMIT = 1.5
+
+
+def partition_goals(section: Mapping[str, Any]) -> list[Goal]:
+    """Issue 31's goals on the partitions runs: the recovery at 2,048 partitions, time to fresh flat."""
+    items = {int(count): per for count, per in partition_items(section)}
+    goals: list[Goal] = []
+    per = items.get(RECOVERY_GOAL_PARTITIONS)
+    for arm, how in (("fastrecover", "as it starts"), (STORE_OPEN_ARM, "a range on every partition")):
+        name = f"recovery of {RECOVERY_GOAL_PARTITIONS:,} partitions per member, {how}: assign() in on_assign (s)"
+        if per is None or not per.get(arm):
+            goals.append(Goal(name, None, "<=", RECOVERY_GOAL_S))
+            continue
+        stat = _stat(per.get(arm, {}), "recovery_s")
+        failed = len(((per.get("errors") or {}).get(arm)) or [])
+        goals.append(Goal(name, stat.median, "<=", RECOVERY_GOAL_S, stat.spread, failed))
+    flat = "time to fresh flat in partitions: fastrecover spawn→fresh, most / fewest partitions per member"
+    if len(items) < 2:
+        goals.append(Goal(flat, None, "<=", FLAT_LIMIT))
+        return goals
+    few, many = min(items), max(items)
+    f_stat = _stat(items[few].get("fastrecover", {}), "spawn_to_fresh_s")
+    m_stat = _stat(items[many].get("fastrecover", {}), "spawn_to_fresh_s")
+    spreads = [x for x in (f_stat.spread, m_stat.spread) if x is not None]
+    goals.append(
+        Goal(
+            f"{flat} ({many:,} / {few:,})",
+            ratio(m_stat, f_stat),
+            "<=",
+            FLAT_LIMIT,
+            max(spreads) if spreads else None,
+            failures(items[few]) + failures(items[many]),
+        )
+    )
     return goals
 
 
@@ -591,6 +747,7 @@ def failed_cells(result: Mapping[str, Any]) -> list[str]:
     cells += [
         (f"crash {setup} lag {_lag_label(lag)}", per) for setup, lag, per in crash_items(result.get("crash") or {})
     ]
+    cells += [(f"partitions {int(n):,}", per) for n, per in partition_items(result.get("partitions") or {})]
     if result.get("work"):
         cells.append(("work", result["work"]))
     for name, cell in cells:
@@ -624,6 +781,13 @@ def noisy_cells(result: Mapping[str, Any]) -> list[str]:
             for metric in ("crash_to_fresh_s", "spawn_to_fresh_s"):
                 if _stat(per.get(mode, {}), metric).noisy():
                     out.append(f"crash {setup} lag {_lag_label(lag)} {mode} {metric}")
+    for count, per in partition_items(result.get("partitions") or {}):
+        for mode in MODES:
+            if _stat(per.get(mode, {}), "spawn_to_fresh_s").noisy():
+                out.append(f"partitions {int(count):,} {mode} spawn_to_fresh_s")
+        for arm in ("fastrecover", STORE_OPEN_ARM):
+            if _stat(per.get(arm, {}), "recovery_s").noisy():
+                out.append(f"partitions {int(count):,} {arm} recovery_s")
     work = result.get("work") or {}
     for mode in MODES:
         if _stat(work.get(mode, {}), "drain_s").noisy():
@@ -650,6 +814,22 @@ def format_report(result: Mapping[str, Any]) -> str:
             + "\n\n"
             + crash_table(crash)
         )
+    section = result.get("partitions") or {}
+    if section.get("cells"):
+        parts.append(
+            "#### Scale in partitions: one member recovering N partitions\n\n"
+            + partitions_caption(section)
+            + "\n\n"
+            + partitions_table(section)
+        )
+        store_table_text = partitions_store_table(section)
+        if store_table_text.count("\n") > 1:
+            parts.append(
+                "#### Scale in partitions: the recovery with a range on every partition\n\n"
+                + partitions_store_caption()
+                + "\n\n"
+                + store_table_text
+            )
     if result.get("work"):
         parts.append("#### With CPU work per record\n\n" + work_table(result["work"]))
     if (result.get("steady") or {}).get("cells"):

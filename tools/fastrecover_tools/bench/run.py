@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from fastrecover_tools.bench import crash, scenarios
+from fastrecover_tools.bench import crash, partitions, scenarios
 from fastrecover_tools.bench.patterns import BATCH, PATTERNS, STEADY_CELLS
 from fastrecover_tools.bench.profiling import PROFILE_ENV
 from fastrecover_tools.bench.redact import scrub
@@ -43,7 +43,7 @@ from fastrecover_tools.testing.driver import broker_session
 
 log = logging.getLogger("fastrecover_tools.bench")
 
-SCENARIOS = ("restart", "crash", "work", "steady", "store")
+SCENARIOS = ("restart", "crash", "work", "steady", "store", "partitions")
 SCHEMA = 2
 
 
@@ -63,6 +63,8 @@ class Sizes:
     store_commits: int
     min_timeout_s: float  # a restart run gets this + lag / MIN_RATE of its kind to drain, then fails
     crash_lags: list[int]  # lags of the crash runs (SIGKILL, restart after the downtime)
+    partition_counts: list[int] = field(default_factory=lambda: list(partitions.COUNTS))  # partitions per member
+    partition_lag: int = partitions.LAG_PER_PARTITION  # records behind the committed offset on every partition
 
 
 FULL = Sizes(
@@ -92,6 +94,7 @@ QUICK = Sizes(
     store_commits=200,
     min_timeout_s=20.0,
     crash_lags=[1_000],
+    partition_counts=[1, 64],
 )
 
 
@@ -122,6 +125,7 @@ class BenchOptions:
     spark: bool = False
     profile: Path | None = None  # cProfile every consumer process into this directory
     crash: CrashOptions = field(default_factory=CrashOptions)
+    partition_repeats: int | None = None  # None: repeats
     command: str = ""  # already masked
     secrets: list[str] = field(default_factory=list)  # scrubbed from everything printed or written
 
@@ -467,6 +471,122 @@ def summarize_crashes(
     }
 
 
+def partition_repeats(opts: BenchOptions) -> int:
+    return opts.partition_repeats if opts.partition_repeats is not None else opts.repeats
+
+
+def _say_partitions(what: str, run: Mapping[str, Any]) -> None:
+    if "error" in run:
+        _say(f"{what}: FAILED: {run['error']}")
+        return
+
+    def num(name: str, digits: int = 3) -> str:
+        value = run.get(name)
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    _say(
+        f"{what}: spawn→fresh {num('spawn_to_fresh_s')}s, subscribe→assigned {num('subscribe_to_assigned_s')}s, "
+        f"assign {num('recovery_s')}s, ranges {run.get('ranges_opened')}, rows {run.get('rows', '-')}, "
+        f"statements {run.get('recovery_statements', '-')} in recovery / {run.get('statements', '-')} in all"
+    )
+
+
+def run_partitions(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Every partition count, repeats outermost and the arms rotating, one topic per count."""
+    counts, lag = opts.sizes.partition_counts, opts.sizes.partition_lag
+    repeats = partition_repeats(opts)
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {n: {arm: [] for arm in partitions.ARMS} for n in counts}
+    topics: dict[int, str] = {}
+    try:
+        for n in counts:
+            topics[n], rate = partitions.prepare_topic(bootstrap, n, lag)
+            _say(f"partitions: topic of {n:,} partitions, {n * lag:,} records ({rate:,.0f}/s)")
+        with open(workdir / "workers.log", "a") as wlog:
+            for rep in range(repeats):
+                for index, n in enumerate(counts):
+                    for arm in partitions.arm_order(rep, index):
+                        mode, open_first = partitions.arm_mode(arm)
+                        spec = partitions.PartitionSpec(
+                            bootstrap,
+                            topics[n],
+                            n,
+                            mode,
+                            _store_url(workdir, f"partitions-{n}-{rep}-{arm}"),
+                            lag_per_partition=lag,
+                            timeout_s=opts.sizes.min_timeout_s + n * lag / MIN_RATE["async"],
+                            name=f"partitions-{n}-{arm}-r{rep + 1}",
+                            store_open_first=open_first,
+                        )
+                        what = f"partitions {n:,} repeat {rep + 1}/{repeats} {arm:<22}"
+                        try:
+                            run = partitions.partitions_run(spec, wlog)
+                        except Exception as exc:
+                            run = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
+                        _say_partitions(what, run)
+                        runs[n][arm].append(run)
+    finally:
+        for topic in topics.values():
+            try:
+                delete_topic(bootstrap, topic, timeout=partitions.ADMIN_TIMEOUT_S)
+            except Exception as exc:  # a leftover topic must not lose the measurements
+                log.warning("could not delete %s: %s", topic, exc)
+    return runs
+
+
+PARTITION_METRICS = (
+    "spawn_to_fresh_s",
+    "started_s",
+    "spawn_to_store_open_s",
+    "subscribe_to_joined_s",
+    "subscribe_to_assigned_s",
+    "recovery_s",
+    "joined_to_fresh_s",
+    "spawn_to_lag_drained_s",
+    "ranges_opened",
+    "rows",
+    "recovery_statements",
+    "recovery_writes",
+    "recovery_commits",
+    "statements",
+    "store_writes",
+    "store_commits",
+    "settled_s",
+)
+
+
+def summarize_partition_cell(per: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """Every arm of one partition count, the paired ratios (each fastrecover arm over plain) and the failures."""
+    out: dict[str, Any] = {arm: _summ(runs, PARTITION_METRICS) for arm, runs in per.items()}
+    plain = per.get("plain", [])
+    for arm in ("fastrecover", "fastrecover-store-open"):
+        for metric in ("spawn_to_fresh_s", "subscribe_to_assigned_s"):
+            out[f"ratio_{metric}" if arm == "fastrecover" else f"ratio_{metric}_store_open"] = paired_ratios(
+                [r.get(metric) for r in per.get(arm, [])], [r.get(metric) for r in plain]
+            ).to_dict()
+    out["errors"] = {arm: [r["error"] for r in runs if "error" in r] for arm, runs in per.items()}
+    out["rebalanced"] = {arm: sum(1 for r in runs if (r.get("assignments") or 0) > 1) for arm, runs in per.items()}
+    return out
+
+
+def summarize_partitions(
+    runs: Mapping[int, Mapping[str, Sequence[Mapping[str, Any]]]], opts: BenchOptions, measured_at: str
+) -> dict[str, Any]:
+    cells: dict[str, Any] = {}
+    for n, per in sorted(runs.items()):
+        cell = summarize_partition_cell(per)
+        cell["partitions"] = n
+        cells[str(n)] = cell
+    return {
+        "cells": cells,
+        "lag_per_partition": opts.sizes.partition_lag,
+        "repeats": partition_repeats(opts),
+        "settings": "group.instance.id, session.timeout.ms 10000, auto-commit (the README quickstart's); "
+        "fastrecover: sqlite store, its schema in place",
+        "arms": list(partitions.ARMS),
+        "measured_at": measured_at,
+    }
+
+
 def run_work(bootstrap: str, opts: BenchOptions, workdir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Restart → drained with ``work_us`` of CPU per record: does the extra consumer cost the application?"""
     pattern, lag = opts.work_pattern, opts.sizes.work_lag
@@ -718,6 +838,7 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
             "fast_producer": scenarios.FAST_PRODUCER,
             "profiled": opts.profile is not None,
             "crash": {**vars(opts.crash), "repeats": crash_repeats(opts), "respawn_delay_s": crash.RESPAWN_DELAY_S},
+            "partition_repeats": partition_repeats(opts),
         }
         raw: dict[str, Any] = {}
         if "restart" in opts.only:
@@ -734,6 +855,10 @@ def run_bench(opts: BenchOptions, out: TextIO = sys.stdout) -> dict[str, Any]:
             result["steady"], raw["steady"] = run_steady(bootstrap, opts, workdir)
         if "store" in opts.only:
             result["store"] = run_store(opts, workdir)
+        if "partitions" in opts.only:
+            part_runs = run_partitions(bootstrap, opts, workdir)
+            result["partitions"] = summarize_partitions(part_runs, opts, _now())
+            raw["partitions"] = {str(n): per for n, per in part_runs.items()}
         if opts.spark:
             result["spark"] = run_spark(bootstrap, opts)
         result["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -47,6 +47,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from fastrecover_tools.bench import profiling
 from fastrecover_tools.bench.patterns import PATTERNS, busy, commit_ignoring_nothing, consumer_config, hooks
+from fastrecover_tools.bench.statements import StatementCounter, delta
 
 #: The store URL comes in the environment, never in argv (``ps`` shows argv; a URL may hold a password).
 STORE_URL_ENV = "FASTRECOVER_BENCH_STORE_URL"
@@ -98,9 +99,18 @@ class _Sampler(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def _emit_stats(sampler: _Sampler, base_rss: float, lag_seen: int, live_seen: int, assignments: int) -> None:
+def _emit_stats(
+    sampler: _Sampler,
+    base_rss: float,
+    lag_seen: int,
+    live_seen: int,
+    assignments: int,
+    counter: StatementCounter | None = None,
+) -> None:
     sampler.stop.set()
     sampler.join(2)
+    if counter is not None:
+        _emit_counts(counter)
     _emit(
         "stats",
         base_rss_mib=round(base_rss, 1),
@@ -123,6 +133,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--pattern", default="auto", choices=sorted(PATTERNS), help="how the worker commits (bench/patterns.py)"
     )
     p.add_argument("--lag-end", required=True, help="partition:offset,... where the lag ends")
+    p.add_argument(
+        "--lag-start", default="", help="partition:offset,... where the lag starts (the committed offsets; default 0)"
+    )
+    p.add_argument(
+        "--assign-in-callback",
+        action="store_true",
+        help="on_assign calls assign() itself and reports how long it took (fastrecover: the recovery)",
+    )
+    p.add_argument(
+        "--count-statements", action="store_true", help="count the store's SQL statements (fastrecover only)"
+    )
+    p.add_argument("--name", default="", help="names this run's profile file")
+    p.add_argument(
+        "--store-open-first",
+        action="store_true",
+        help="fastrecover: subscribe only once the store has opened (every recovery then takes the range path)",
+    )
     p.add_argument("--work-us", type=int, default=0, help="busy work per record (µs)")
     p.add_argument("--batch", type=int, default=500)
     p.add_argument("--rss-interval", type=float, default=0.1)
@@ -150,14 +177,29 @@ def drop_classic_only(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def offsets_arg(text: str) -> dict[int, int]:
+    """``partition:offset,...`` as a dict ({} for an empty text)."""
+    out: dict[int, int] = {}
+    for item in text.split(","):
+        if item.strip():
+            partition, _, offset = item.partition(":")
+            out[int(partition)] = int(offset)
+    return out
+
+
+def lag_records(lag_start: dict[int, int], lag_end: dict[int, int]) -> int:
+    """Records between the committed offsets (0 where not given) and the lag's end, over every partition."""
+    return sum(max(0, end - lag_start.get(p, 0)) for p, end in lag_end.items())
+
+
 def _is_fatal(error: Any) -> bool:
     return bool(error.fatal()) or error.code() == KafkaError._FATAL
 
 
 def run(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    lag_end = {int(p): int(o) for p, o in (item.split(":") for item in args.lag_end.split(","))}
-    lag_total = sum(lag_end.values())
+    lag_end = offsets_arg(args.lag_end)
+    lag_total = lag_records(offsets_arg(args.lag_start), lag_end)
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
@@ -169,6 +211,10 @@ def run(argv: list[str] | None = None) -> int:
     }
     config = drop_classic_only(config)
     consumer: Any
+    counter: StatementCounter | None = None
+    if args.mode == "fastrecover" and args.count_statements:
+        counter = StatementCounter()
+        counter.install_in_background()
     if args.mode == "fastrecover":
         from fastrecover.consumer import Consumer
 
@@ -181,6 +227,8 @@ def run(argv: list[str] | None = None) -> int:
         consumer = PlainConsumer(config)
     base_rss = rss_mib()
     _emit("started", pid=os.getpid(), mode=args.mode, rss_mib=round(base_rss, 1))
+    if args.store_open_first and args.mode == "fastrecover":
+        _wait_store_open(consumer)
     sampler = _Sampler(args.rss_interval, consumer)
     sampler.start()
 
@@ -209,6 +257,9 @@ def run(argv: list[str] | None = None) -> int:
     def on_assign(_c: Any, partitions: list[Any]) -> None:
         assignments.append(len(partitions))
         _emit("joined", partitions=len(partitions))
+        if args.assign_in_callback:
+            _assign_timed(consumer, partitions, counter, args.name or args.mode)
+            return
         placed = [[tp.partition, tp.offset] for tp in partitions]
         if args.mode == "plain":
             _emit("assigned", partitions=placed)
@@ -216,7 +267,8 @@ def run(argv: list[str] | None = None) -> int:
             pending_recovery.append(placed)
 
     on_message, on_batch = hooks(consumer, args.pattern)
-    profiler = profiling.start()
+    # with --assign-in-callback the profile covers the assign() in on_assign only (_assign_timed)
+    profiler = None if args.assign_in_callback else profiling.start()
     _emit("subscribed")
     consumer.subscribe([args.topic], on_assign=on_assign)
     lag_seen = live_seen = 0
@@ -261,12 +313,64 @@ def run(argv: list[str] | None = None) -> int:
             drained = True
             _emit("drained", lag=lag_seen, live=live_seen)
             profiling.save(profiler, f"restart-{args.mode}-{args.pattern}-w{args.work_us}")
-            _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))
+            _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments), counter)
     if not drained:
-        _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments))
+        _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments), counter)
     consumer.close()
     _emit("closed")
     return 0
+
+
+#: Longest wait for the store's background open with --store-open-first.
+STORE_OPEN_TIMEOUT_S = 60.0
+
+
+def _wait_store_open(consumer: Any) -> None:
+    """Wait until the consumer's background store open has ended (a private probe, bench only).
+
+    A recovery that meets a store still opening replays lags up to
+    ``fastrecover.recovery.replay.max.offsets`` instead of opening ranges; waiting here
+    makes every recovery of the run open its ranges, so their cost is what is measured.
+    """
+    link = getattr(getattr(consumer, "_fr", None), "link", None)
+    deadline = time.monotonic() + STORE_OPEN_TIMEOUT_S
+    while link is not None and getattr(link, "opening", False):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the store did not open within {STORE_OPEN_TIMEOUT_S:g} s")
+        time.sleep(0.005)
+    _emit("store_open", probed=link is not None)
+
+
+def _emit_counts(counter: StatementCounter) -> None:
+    """The store statements counted so far, and since when the counter listened."""
+    _emit("statements", counts=counter.snapshot(), installed_at=counter.installed_at, error=counter.error)
+
+
+def _assign_timed(consumer: Any, partitions: list[Any], counter: StatementCounter | None, name: str) -> None:
+    """Assign from the application's on_assign, as confluent_kafka allows, and time it.
+
+    With fastrecover the assign() made inside the rebalance callback is where the
+    recovery runs (committed offsets, log ends, tokens written, the child handed its
+    ranges), so this is the recovery's whole cost on the application's thread.
+    """
+    before = counter.snapshot() if counter is not None else None
+    profiler = profiling.start()
+    began = time.perf_counter()
+    consumer.assign(partitions)
+    took = time.perf_counter() - began
+    profiling.save(profiler, f"{name}-assign")
+    reports = list(getattr(consumer, "recoveries", ()))
+    _emit(
+        "assigned",
+        partitions=len(partitions),
+        assign_s=took,
+        ranges_opened=sum(1 for r in reports if r.new_ranges),
+        resumed=sum(1 for r in reports if r.resumed),
+        degraded=sum(1 for r in reports if r.degraded),
+        recovered=len(reports),
+        statements=None if counter is None or before is None else delta(counter.snapshot(), before),
+        counting_since=None if counter is None else counter.installed_at,
+    )
 
 
 def _hold(consumer: Any, stop: threading.Event) -> int:
