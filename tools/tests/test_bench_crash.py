@@ -142,7 +142,7 @@ def test_crash_table_shows_spread_ratio_and_fatal_exits() -> None:
     assert "30 in 1 runs / 0 in 0 runs" in table and "| none |" in table
     text = format_report(result)
     assert "Crash → first fresh record" in text and "restarted 3.0 s later" in text
-    assert "UNRELEASED_INSTANCE_ID" in text and "session 45000 ms" in text
+    assert "UNRELEASED_INSTANCE_ID" in text and "consumer.session.timeout.ms 45000" in text
     assert failed_cells(result) == [
         "crash kip848-static lag 1,000 fastrecover: 1 failed, first: TimeoutError: no fresh record"
     ]
