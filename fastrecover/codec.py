@@ -80,7 +80,21 @@ def encode_mirror(
     key: bytes | None = None,
     context: str = "",
 ) -> str:
-    """Mirror a partition's open ranges into commit metadata, fitting in ``limit``.
+    """Mirror a partition's open ranges into commit metadata, fitting in ``limit`` (see :func:`encode_mirror_full`)."""
+    return encode_mirror_full(ranges, limit, key=key, context=context)[0]
+
+
+def encode_mirror_full(
+    ranges: Sequence[RangeProgress],
+    limit: int = MIRROR_LIMIT,
+    *,
+    key: bytes | None = None,
+    context: str = "",
+) -> tuple[str, bool]:
+    """Mirror a partition's open ranges into commit metadata, fitting in ``limit``; and whether it is whole.
+
+    The flag is False when the text had to degrade (below) to fit: the caller counts those
+    without decoding what it just encoded.
 
     When the full form does not fit (or holds more than ``MIRROR_MAX_ROWS``
     rows), degrade in ways that can only cause re-delivery, never loss: first
@@ -96,7 +110,7 @@ def encode_mirror(
     """
     entries = sorted((r for r in ranges if not r.done), key=lambda r: r.start)
     if not entries:
-        return ""
+        return "", True
 
     def fits(text: str) -> bool:
         return len(text) <= limit
@@ -106,7 +120,7 @@ def encode_mirror(
 
     text = render(entries, True) if len(entries) <= MIRROR_MAX_ROWS else ""
     if text and fits(text) and _maps_within_cap(entries):
-        return text
+        return text, True
     entries = [RangeProgress(r.start, r.end, r.committed) for r in entries]
     while len(entries) > MIRROR_MAX_ROWS:
         _merge_closest(entries)
@@ -116,7 +130,7 @@ def encode_mirror(
         text = render(entries, False)
     if not fits(text):
         raise ValueError(f"mirror of one range does not fit in {limit} characters")
-    return text
+    return text, False
 
 
 def _merge_closest(entries: list[RangeProgress]) -> None:

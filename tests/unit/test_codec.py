@@ -16,10 +16,12 @@ from fastrecover.codec import (
     CLUSTER_MAX,
     MARKED_MIRROR_LIMIT,
     MIRROR_LIMIT,
+    MIRROR_MAX_COMPLETED,
     Marker,
     check_lineage,
     decode_mirror,
     encode_mirror,
+    encode_mirror_full,
     is_mirror,
     mark,
     new_lineage,
@@ -280,6 +282,11 @@ def open_partition_ranges(draw: st.DrawFn, max_ranges: int = 12) -> list[RangePr
     return draw(st.permutations(out))
 
 
+def _maps_fit(ranges: list[RangeProgress]) -> bool:
+    """Whether the completion maps are few enough for the full form (MIRROR_MAX_COMPLETED)."""
+    return sum(len(r.completed) for r in ranges) <= MIRROR_MAX_COMPLETED
+
+
 def unfinished(ranges: list[RangeProgress]) -> set[int]:
     return {o for r in ranges for o in range(r.committed, r.end) if o not in r.completed}
 
@@ -459,9 +466,14 @@ class TestMirror:
             lo = min(r.start for r in open_ranges)
             hi = max(r.end for r in open_ranges)
             assert all(lo <= r.start and r.end <= hi for r in decoded)
-        # when the full form fits it is exact
-        if len(encode_mirror(ranges, limit=10**9)) <= limit:
+        # when the full form fits it is exact, and says so; a degraded form says so too
+        whole = encode_mirror_full(ranges, limit=limit)[1]
+        if len(encode_mirror(ranges, limit=10**9)) <= limit and _maps_fit(open_ranges):
+            assert whole and decoded == sorted(open_ranges, key=lambda r: r.start)
+        if whole and all(a.end <= b.start for a, b in pairwise(sorted(open_ranges, key=lambda r: r.start))):
             assert decoded == sorted(open_ranges, key=lambda r: r.start)
+        if not whole:
+            assert decoded != sorted(open_ranges, key=lambda r: r.start)
 
 
 class TestMarker:
