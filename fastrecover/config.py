@@ -171,8 +171,9 @@ KEYS: dict[str, _Key] = {
         10_000,
         _int_parser(0, 2**62),
         "While the store is still opening (the first recovery after start), a lag up to this is replayed by the "
-        "primary instead of waiting for the store; the ranges the store holds are taken up once it is open. "
-        "0 always waits for the store.",
+        "primary instead of waiting for the store; a larger one skips to the log end with its ranges made durable "
+        "in Kafka's commit metadata first, and the store takes them once it is open. 0 makes every recovery wait "
+        "for the store.",
     ),
     "fastrecover.recovery.timeout.ms": _Key(
         10_000,

@@ -21,6 +21,7 @@ POINTS = {
     "(while it is armed, a synchronous commit runs the two one after the other instead of together)",
     "child-batch": "the child fetched a batch, before any of it is accepted",
     "store-open": "the consumer's background thread is about to open the store (construction has returned)",
+    "mirror-first-commit": "a recovery while the store opens is about to commit the range markers that let it jump",
     "hand-back-read": "a revoke or close hands ranges back, before it reads Kafka's committed offsets "
     "(under auto-commit, after librdkafka's offset store was committed)",
 }

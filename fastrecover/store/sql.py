@@ -1,48 +1,38 @@
 """The range-token store: the child's commit log of KIP-333, kept in SQL.
 
-The store is written from two threads (the consumer thread creates and claims
-ranges, the backfill child commits their progress), so every call takes its own
-connection and transaction from the engine's pool; nothing is shared but the
-thread-safe Engine.  Every write that depends on what a row holds is *fenced*:
-it only applies while the caller's ``(owner, epoch)`` is still the row's, so a
-stale holder that lost a range can never overwrite its successor's progress.
-This module owns the transactions and the public API; the statements a write
-runs inside its transaction are in :mod:`fastrecover.store.writes`, the checks
-of caller values in :mod:`fastrecover.store.checks`.
+:class:`RangeStore` is the public API: it creates ranges and makes the fenced
+writes, on top of :class:`~fastrecover.store.reads.RangeReads` (the queries),
+itself on top of :class:`~fastrecover.store.transactions.StoreTransactions` (the
+connection and transaction of each call, shared safely between the consumer
+thread and the backfill child).  Every write that depends on what a row holds is
+*fenced*: it only applies while the caller's ``(owner, epoch)`` is still the
+row's, so a stale holder that lost a range can never overwrite its successor's
+progress.  The statements a write runs inside its transaction are in
+:mod:`fastrecover.store.writes`, the checks of caller values in
+:mod:`fastrecover.store.checks`.  :func:`open_store` builds the engine and checks
+the schema.
 
-SQLite (the embedded default) and PostgreSQL are supported.  On SQLite we take
-over BEGIN from the ``sqlite3`` module: its legacy mode would not start a
-transaction for our SELECT-then-UPDATE sequences, and writes use ``BEGIN
-IMMEDIATE`` so two writers queue on the busy timeout instead of one failing
-with "database is locked" half-way through.
+SQLite (the embedded default) and PostgreSQL are supported.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from sqlalchemy import delete, or_, select, update
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import delete, update
 
 from fastrecover.codec import check_lineage
-from fastrecover.errors import CorruptTokenError, FencedError, SchemaBehindError, StoreError, TokenNotFoundError
+from fastrecover.errors import FencedError, SchemaBehindError, TokenNotFoundError
 from fastrecover.store import schema
 from fastrecover.store.checks import INT_MAX, check_int, check_name
 from fastrecover.store.engine import (
-    BEGIN_OPTION,
     DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_STATEMENT_TIMEOUT_MS,
     build_engine,
-    is_sqlite_memory,
     normalize_url,
     sqlite_file,
-    translate_errors,
 )
 
 # Re-exported: the CLI and the tools' demo import these three from here.
@@ -50,6 +40,7 @@ from fastrecover.store.engine import mask_url as mask_url
 from fastrecover.store.engine import url_for_child as url_for_child
 from fastrecover.store.engine import validate_url as validate_url
 from fastrecover.store.models import token_from_row
+from fastrecover.store.reads import RangeReads
 from fastrecover.store.updates import CommitResult, ProgressUpdate
 from fastrecover.store.writes import (
     TABLE,
@@ -67,32 +58,11 @@ from fastrecover.tokens import Token, TokenState
 log = logging.getLogger("fastrecover.store")
 
 
-class RangeStore:
+class RangeStore(RangeReads):
     """Persistent range tokens in a SQL database; safe to share between threads.
 
     Obtain one with :func:`open_store`, which also checks the schema.
     """
-
-    def __init__(self, engine: Engine, url: str) -> None:
-        self._engine = engine
-        self._writer = engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
-        self._url = mask_url(url)
-        # An in-memory SQLite database is one shared connection: serialize its users.
-        self._lock: contextlib.AbstractContextManager[Any] = (
-            threading.RLock() if is_sqlite_memory(engine.url) else contextlib.nullcontext()
-        )
-        self._closed = False
-        #: the connection of a :meth:`transaction` open on this thread, which the calls inside share
-        self._bound = threading.local()
-
-    @property
-    def url(self) -> str:
-        """The store URL with the password masked."""
-        return self._url
-
-    @property
-    def engine(self) -> Engine:
-        return self._engine
 
     def __repr__(self) -> str:
         return f"RangeStore({self._url})"
@@ -102,44 +72,6 @@ class RangeStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def close(self) -> None:
-        """Release pooled connections (and the SQLite file handles)."""
-        if not self._closed:
-            self._closed = True
-            self._engine.dispose()
-
-    @contextlib.contextmanager
-    def _tx(self, action: str, *, write: bool = False) -> Iterator[Connection]:
-        if self._closed:
-            raise StoreError(f"range store {self._url} is closed")
-        bound: Connection | None = getattr(self._bound, "conn", None)
-        if bound is not None:  # inside transaction(): the outer one commits or rolls back
-            with translate_errors(self._url, action):
-                yield bound
-            return
-        engine = self._writer if write else self._engine
-        with self._lock, translate_errors(self._url, action), engine.begin() as conn:
-            yield conn
-
-    @contextlib.contextmanager
-    def transaction(self, action: str) -> Iterator[None]:
-        """Make the calls of this thread inside the block ONE write transaction: all stored, or none.
-
-        Recovery persists the ranges of every partition it was given at once:
-        one commit (one fsync on SQLite) instead of one per partition and call.
-        A StoreError inside rolls everything back, so the caller must treat
-        every call made in the block as not done.  Nested blocks join the outer one.
-        """
-        if getattr(self._bound, "conn", None) is not None:
-            yield
-            return
-        with self._tx(action, write=True) as conn:
-            self._bound.conn = conn
-            try:
-                yield
-            finally:
-                self._bound.conn = None
 
     # -- creating -------------------------------------------------------------
 
@@ -211,109 +143,6 @@ class RangeStore:
                     token.progress.end,
                     end,
                 )
-        return tokens
-
-    # -- reading --------------------------------------------------------------
-
-    def get(self, token_id: int) -> Token:
-        """The token as stored now; TokenNotFoundError if no such id, CorruptTokenError if invalid."""
-        with self._tx(f"reading range #{token_id}") as conn:
-            row = conn.execute(select(TABLE).where(TABLE.c.id == token_id)).mappings().one_or_none()
-        if row is None:
-            raise TokenNotFoundError(f"range token #{token_id} does not exist in {self._url}")
-        return token_from_row(row)
-
-    def open_ranges(
-        self,
-        group: str,
-        topic: str | None = None,
-        partition: int | None = None,
-        *,
-        skip_corrupt: bool = False,
-    ) -> list[Token]:
-        """The group's open ranges, optionally of one topic / partition, in offset order.
-
-        A corrupt row raises CorruptTokenError by default: recovery must not
-        silently forget a range.  ``skip_corrupt=True`` logs it and goes on.
-        """
-        where: list[ColumnElement[bool]] = [TABLE.c.group_id == group, TABLE.c.state == TokenState.OPEN.value]
-        if topic is not None:
-            where.append(TABLE.c.topic == topic)
-        if partition is not None:
-            where.append(TABLE.c.partition == partition)
-        return self._select(where, f"reading open ranges of group {group!r}", skip_corrupt)
-
-    def partition_ranges(
-        self, group: str, topic: str, partition: int, *, ending_after: int | None = None, skip_corrupt: bool = False
-    ) -> list[Token]:
-        """Every open range of one partition, and the done ones that end after ``ending_after``.
-
-        Recovery needs the done ones too: a range someone else (a Spark job)
-        finished must not be handed out again, and must not hide the offsets
-        past its end from the new range.  Done ranges ending at or before the
-        primary's committed offset cannot matter, so the history stays unread.
-        Open ones always matter, wherever they end: after a crash the group's
-        Kafka offset is past them, and the commit-metadata mirror that would
-        point below it may be missing (turned off, replaced by the
-        application's own metadata, or signed with another key).
-        """
-        key = (topic, partition)
-        return self.partitions_ranges(group, {key: ending_after}, skip_corrupt=skip_corrupt)[key]
-
-    def partitions_ranges(
-        self, group: str, floors: Mapping[tuple[str, int], int | None], *, skip_corrupt: bool = False
-    ) -> dict[tuple[str, int], list[Token]]:
-        """:meth:`partition_ranges` of many partitions in one statement: ``floors`` maps each to its ``ending_after``.
-
-        Every partition asked for has an entry, empty when the store has nothing for it.
-        """
-        out: dict[tuple[str, int], list[Token]] = {key: [] for key in floors}
-        for piece in chunked(sorted(floors)):  # IN lists of at most IN_CHUNK values (old SQLite builds)
-            keys = set(piece)
-            where: list[ColumnElement[bool]] = [
-                TABLE.c.group_id == group,
-                TABLE.c.state != TokenState.SUPERSEDED.value,
-                TABLE.c.topic.in_(sorted({topic for topic, _ in keys})),
-                TABLE.c.partition.in_(sorted({partition for _, partition in keys})),
-            ]
-            if all(floors[key] is not None for key in keys):
-                lowest = min(floor for key in keys if (floor := floors[key]) is not None)
-                where.append(or_(TABLE.c.end_offset > lowest, TABLE.c.state == TokenState.OPEN.value))
-            action = f"reading ranges of {len(floors)} partition(s) of {group!r}"
-            for token in self._select(where, action, skip_corrupt):
-                key = (token.topic, token.partition)
-                if key not in keys:
-                    continue  # the cross product of the topics and partitions asked for
-                floor = floors[key]
-                if floor is None or token.progress.end > floor or token.is_open:
-                    out[key].append(token)
-        return out
-
-    def ranges(self, group: str | None = None, *, include_done: bool = True, skip_corrupt: bool = False) -> list[Token]:
-        """All ranges (of one group, or of every group), for status displays."""
-        where: list[ColumnElement[bool]] = []
-        if group is not None:
-            where.append(TABLE.c.group_id == group)
-        if not include_done:
-            where.append(TABLE.c.state == TokenState.OPEN.value)
-        return self._select(where, "listing ranges", skip_corrupt)
-
-    def _select(self, where: Sequence[ColumnElement[bool]], action: str, skip_corrupt: bool) -> list[Token]:
-        stmt = (
-            select(TABLE)
-            .where(*where)
-            .order_by(TABLE.c.group_id, TABLE.c.topic, TABLE.c.partition, TABLE.c.start_offset)
-        )
-        with self._tx(action) as conn:
-            rows = conn.execute(stmt).mappings().all()
-        tokens: list[Token] = []
-        for row in rows:
-            try:
-                tokens.append(token_from_row(row))
-            except CorruptTokenError as exc:
-                if not skip_corrupt:
-                    raise
-                log.error("skipping corrupt range token in %s: %s", self._url, exc)
         return tokens
 
     # -- fenced writes --------------------------------------------------------

@@ -10,17 +10,20 @@ point, so the test decides when it ends.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer, hooks
-from fastrecover.codec import cluster_label, lineage_cluster
+from fastrecover.book import mirror_context
+from fastrecover.codec import cluster_label, lineage_cluster, read_marker
+from fastrecover.errors import StoreError
 from fastrecover.store import open_store
 from fastrecover.store.models import VERSION_TABLE
-from fastrecover.tokens import Token, TokenState
+from fastrecover.tokens import Token, TokenState, TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import consume_until, group_offsets, offset_of, parallel_config
@@ -126,31 +129,131 @@ def test_a_small_lag_is_replayed_while_the_store_opens_and_the_owed_range_is_tak
     assert kafka.offset == LOG_END
 
 
-def test_a_lag_beyond_the_replay_limit_waits_for_the_store_and_splits(
-    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
-) -> None:
-    topic = topic_factory(partitions=1)
+def _lag_behind_a_plain_commit(bootstrap: str, topic: str, group: str, store_url: str) -> None:
+    """Records 0..LOG_END-1, the group's offset at OWED_FROM (a plain commit, no marker), the store's schema made."""
     produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
-    Consumer(parallel_config(bootstrap, unique_group, store_url)).close()  # the schema
-    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
+    Consumer(parallel_config(bootstrap, group, store_url)).close()  # the schema
+    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         plain.commit(offsets=[TopicPartition(topic, 0, OWED_FROM)], asynchronous=False)
     finally:
         plain.close()
-    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+
+
+def _marker_ranges(bootstrap: str, group: str, topic: str) -> tuple[int, list[tuple[int, int]]]:
+    """Kafka's committed offset of partition 0 and the ranges its marker's mirror holds."""
+    (kafka,) = group_offsets(bootstrap, group, topic)
+    marker = read_marker(kafka.metadata, context=mirror_context(group, TopicPartitionKey(topic, 0)))
+    assert marker is not None, f"no fastrecover marker in Kafka's metadata {kafka.metadata!r}"
+    return kafka.offset, [(r.start, r.end) for r in marker.ranges]
+
+
+def test_with_the_replay_limit_at_zero_a_recovery_waits_for_the_store_and_splits(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
     hold_store_opens(store_gate)
-    consumer = Consumer(config)
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))  # replay.max.offsets 0
     opener = threading.Timer(0.5, store_gate.set)  # the store opens while the recovery waits for it
     try:
         opener.start()
         consumer.assign([TopicPartition(topic, 0)])
         assert store_gate.is_set(), "the recovery waited for the store"
         (report,) = consumer.recoveries
-        assert report.primary_start == LOG_END and [(r.start, r.end) for r in report.new_ranges] == [
-            (OWED_FROM, LOG_END)
-        ]
+        assert report.stored and report.primary_start == LOG_END
+        assert [(r.start, r.end) for r in report.new_ranges] == [(OWED_FROM, LOG_END)]
     finally:
         opener.cancel()
+        consumer.close()
+
+
+def test_a_lag_beyond_the_replay_limit_jumps_on_kafkas_marker_while_the_store_opens(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """The range is durable in the marker committed with C before the primary skips; the store takes it after."""
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    hold_store_opens(store_gate)
+    consumer = Consumer(config)
+    got: list[Message] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert not store_gate.is_set()
+        (report,) = consumer.recoveries
+        assert (report.primary_start, report.stored, report.degraded) == (LOG_END, False, False)
+        assert [(r.start, r.end) for r in report.new_ranges] == [(OWED_FROM, LOG_END)]
+        assert _marker_ranges(bootstrap, unique_group, topic) == (OWED_FROM, [(OWED_FROM, LOG_END)])
+        with open_store(store_url) as store:
+            assert store.ranges(unique_group) == [], "nothing in the store yet: the marker is the token"
+
+        produce(bootstrap, topic, [f"fresh{i}" for i in range(50)], partition=0)
+        consume_until(consumer, got, lambda: len(got) >= 50, 30, "fresh records while the store is held shut")
+        assert {offset_of(m) for m in got} == set(range(LOG_END, LOG_END + 50)), "only fresh records so far"
+
+        store_gate.set()
+        wanted = set(range(OWED_FROM, LOG_END + 50))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the lag once the store opened")
+        with open_store(store_url) as store:
+            (token,) = store.ranges(unique_group)
+        assert (token.span.start, token.span.end) == (OWED_FROM, LOG_END)
+        _until_done(consumer, store_url, token.id, "the range finished in the store")
+    finally:
+        consumer.close()
+
+
+def test_a_member_gone_before_its_store_opened_leaves_its_ranges_in_kafkas_marker(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    hold_store_opens(store_gate)
+    first = Consumer(config)
+    try:
+        first.assign([TopicPartition(topic, 0)])
+        assert first.recoveries[0].primary_start == LOG_END
+    finally:
+        first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        first.close()
+    assert _marker_ranges(bootstrap, unique_group, topic) == (OWED_FROM, [(OWED_FROM, LOG_END)])
+
+    store_gate.set()
+    second = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    got: list[Message] = []
+    try:
+        second.assign([TopicPartition(topic, 0)])
+        wanted = set(range(OWED_FROM, LOG_END))
+        consume_until(second, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the range the marker kept")
+    finally:
+        second.close()
+
+
+def test_a_marker_kafka_refuses_leaves_the_partition_to_a_replay(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+
+    def refuse() -> None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: the marker commit timed out"))
+
+    hooks.register("mirror-first-commit", refuse)
+    hold_store_opens(store_gate)
+    consumer = Consumer(config)
+    got: list[Message] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        (report,) = consumer.recoveries
+        assert report.primary_start is None and report.degraded
+        consume_until(consumer, got, lambda: len(got) >= 100, 30, "the replay from the committed offset")
+        assert [offset_of(m) for m in got[:100]] == list(range(OWED_FROM, OWED_FROM + 100)), "in order, from C"
+        store_gate.set()
+        wanted = set(range(OWED_FROM, LOG_END))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "every record")
+    finally:
         consumer.close()
 
 
@@ -203,3 +306,45 @@ def test_a_consumer_closed_before_it_saw_the_opens_error_still_closes(
     consumer.close()  # no SchemaBehindError out of close(): the application never polled to see it
     with pytest.raises(RuntimeError):
         consumer.poll(0)  # closed as a plain consumer is
+
+
+def test_a_store_write_that_fails_after_the_jump_keeps_the_ranges_in_kafkas_marker(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """The primary is past the lag: until the store has the ranges, every commit must carry them."""
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    config = parallel_config(
+        bootstrap,
+        unique_group,
+        store_url,
+        **{"fastrecover.recovery.replay.max.offsets": 100, "fastrecover.store.retry.backoff.ms": 200},
+    )
+    failing = threading.Event()
+    failing.set()
+    attempts: list[float] = []
+
+    def refuse() -> None:
+        if failing.is_set():
+            attempts.append(time.monotonic())
+            raise StoreError("injected: the store's part of the recovery could not be written")
+
+    hooks.register("token-write", refuse)
+    hold_store_opens(store_gate)
+    consumer = Consumer(config)
+    got: list[Message] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        assert consumer.recoveries[0].primary_start == LOG_END
+        produce(bootstrap, topic, [f"fresh{i}" for i in range(20)], partition=0)
+        store_gate.set()
+        consume_until(consumer, got, lambda: len(got) >= 20 and bool(attempts), 30, "a failed store write")
+        consumer.commit(asynchronous=False)  # the primary's own offset, above the lag
+        offset, ranges = _marker_ranges(bootstrap, unique_group, topic)
+        assert offset == LOG_END + 20 and ranges == [(OWED_FROM, LOG_END)], "the marker still holds the lag"
+
+        failing.clear()
+        wanted = set(range(OWED_FROM, LOG_END + 20))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the lag after the write")
+    finally:
+        consumer.close()

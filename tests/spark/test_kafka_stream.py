@@ -501,7 +501,7 @@ def test_the_jump_reads_log_bounds_with_the_java_client_as_spark_s_source_sees_t
     from confluent_kafka.admin import AdminClient
 
     from fastrecover.errors import BrokerUnavailableError
-    from fastrecover.spark.controller import _log_offsets
+    from fastrecover.spark.driver_jvm import list_log_offsets
     from fastrecover.tokens import TopicPartitionKey
 
     topic = topic_factory(partitions=2)
@@ -517,14 +517,14 @@ def test_the_jump_reads_log_bounds_with_the_java_client_as_spark_s_source_sees_t
     keys = [TopicPartitionKey(topic, 0), TopicPartitionKey(topic, 1)]
     client = {"kafka.bootstrap.servers": bootstrap, "kafka.group.id": "ignored-by-the-admin-client"}
     try:
-        assert _log_offsets(spark, client, keys, 30, earliest=True) == {keys[0]: 4, keys[1]: 0}
-        assert _log_offsets(spark, client, keys, 30, earliest=False) == {keys[0]: 10, keys[1]: 11}
+        assert list_log_offsets(spark, client, keys, 30, earliest=True) == {keys[0]: 4, keys[1]: 0}
+        assert list_log_offsets(spark, client, keys, 30, earliest=False) == {keys[0]: 10, keys[1]: 11}
         committed_only = {**client, "kafka.isolation.level": "read_committed"}
-        assert _log_offsets(spark, committed_only, keys, 30, earliest=False) == {keys[0]: 10, keys[1]: 10}
+        assert list_log_offsets(spark, committed_only, keys, 30, earliest=False) == {keys[0]: 10, keys[1]: 10}
     finally:
         producer.abort_transaction(30)
     with pytest.raises(BrokerUnavailableError, match=r"log end of .*\[0\]"):
-        _log_offsets(spark, {"kafka.bootstrap.servers": "127.0.0.1:1"}, keys, 2, earliest=False)
+        list_log_offsets(spark, {"kafka.bootstrap.servers": "127.0.0.1:1"}, keys, 2, earliest=False)
 
 
 # -- checkpoints written by hand: what recovery refuses before it reads or writes anything -------------

@@ -105,9 +105,9 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover.spark.ranges", "confluent_kafka"),  # the cluster id, asked once when a ranges job is planned
         ("fastrecover.spark.commit_mirror", "fastrecover.errors"),  # the real classes, not by-value copies
         ("fastrecover.spark.commit_mirror", "fastrecover.spark.offsets"),
-        ("fastrecover.spark.controller", "py4j.java_gateway"),  # the Java admin client: only to jump
-        ("fastrecover.spark.controller", "py4j.protocol"),
-        ("fastrecover.spark.controller", "pyspark.sql"),
+        ("fastrecover.spark.driver_jvm", "py4j.java_gateway"),  # JVM views: only in the driver, before start()
+        ("fastrecover.spark.driver_jvm", "py4j.protocol"),
+        ("fastrecover.spark.foreach_batch", "pyspark.sql"),
         ("fastrecover.spark.jvm", "fastrecover.spark.state"),
         ("fastrecover.spark.jvm", "fastrecover.store"),
         ("fastrecover.spark.jvm", "os"),

@@ -59,6 +59,14 @@ RECORDS: dict[tuple[str, str], str] = {
     ("fastrecover.batches.Segment", "pos"): "a buffered fetch: the child takes records from its front",
     ("fastrecover.store.updates.CommitResult", "tokens"): "a store transaction's result, filled by its statements",
     ("fastrecover.store.updates.CommitResult", "fenced"): "a store transaction's result, filled by its statements",
+    (
+        "fastrecover.recovery_writes.Recovered",
+        "floors",
+    ): "a recovery's outcome: the writer fills it, the recoverer trims it",
+    (
+        "fastrecover.recovery_writes.Recovered",
+        "to_mirror",
+    ): "a recovery's outcome: the writer fills it, the recoverer trims it",
 }
 
 

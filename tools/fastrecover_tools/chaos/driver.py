@@ -86,6 +86,11 @@ _STALL_AFTER = {
 }
 
 
+#: fastrecover.recovery.replay.max.offsets of the replay-share incarnations: the library's default, and a
+#: limit most lags of a campaign pass
+REPLAY_LIMITS = (10_000, 50)
+
+
 @dataclass
 class ChaosConfig:
     """What to run; the defaults are the bounded CI campaign's."""
@@ -128,8 +133,9 @@ class ChaosConfig:
     operator_actions: Sequence[str] = ()
     #: one operator action every this many kills
     operator_every: int = 10
-    #: share of incarnations that keep the library's fastrecover.recovery.replay.max.offsets (a small lag is
-    #: replayed while the store opens); the others set 0 and always wait for the store, as the tests do
+    #: share of incarnations that do not wait for the store at their first recovery: fastrecover.recovery.
+    #: replay.max.offsets is one of REPLAY_LIMITS (a small lag is replayed, a larger one jumps on the marker's
+    #: mirror while the store opens); the others set 0 and always wait for the store, as the tests do
     replay_share: float = 0.0
 
     def __post_init__(self) -> None:
@@ -426,7 +432,10 @@ class ChaosDriver:
         if faults and self.rng.random() < c.fail_child_share:
             argv += ["--fail-child-after", str(self.rng.randint(1, 5))]
         if c.replay_share and self._startup_rng.random() < c.replay_share:
-            argv += ["--set", "fastrecover.recovery.replay.max.offsets=10000"]  # the library's default
+            # half with the library's default (a chaos lag is rarely above it: a replay), half with a limit the
+            # lags pass, so that the recovery jumps on the marker's mirror while the store opens
+            limit = REPLAY_LIMITS[self._startup_rng.randrange(len(REPLAY_LIMITS))]
+            argv += ["--set", f"fastrecover.recovery.replay.max.offsets={limit}"]
         if c.group_protocol != "classic":
             argv += ["--set", f"group.protocol={c.group_protocol}"]  # the worker drops the classic-only keys
         argv += list(c.worker_args)

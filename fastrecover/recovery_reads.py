@@ -1,0 +1,178 @@
+"""What recovery reads before it plans: the broker's offsets and markers, the cluster, the store's ranges.
+
+:class:`~fastrecover.recoverer.Recoverer` decides; this module asks.  The broker
+is asked through the primary's handle with confluent_kafka's own methods (never
+fastrecover's overrides), once for all partitions of a recovery where the broker
+allows: committed offsets, log ends, and log starts where ``auto.offset.reset``
+sends a partition there.  The store is read in one statement.  A failed read
+costs speed, never a record (each method says how).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import KafkaException, TopicPartition
+
+from fastrecover.book import mirror_context
+from fastrecover.codec import Marker, cluster_label, read_marker
+from fastrecover.config import Settings
+from fastrecover.errors import CodecError, StoreError
+from fastrecover.ranges import RangeProgress
+from fastrecover.recovery import Trust
+from fastrecover.tokens import Token, TopicPartitionKey
+
+if TYPE_CHECKING:
+    from fastrecover.store import RangeStore
+
+log = logging.getLogger("fastrecover.recovery")
+
+#: the ListOffsets timestamps that ask for a partition's log end and log start (Kafka's LATEST_TIMESTAMP
+#: and EARLIEST_TIMESTAMP)
+LATEST = -1
+EARLIEST = -2
+
+
+@dataclass(frozen=True)
+class PartitionInputs:
+    """What recovery read for one partition before planning it."""
+
+    committed: int | None
+    log_end: int
+    mirrored: list[RangeProgress]
+    #: which ranges the committed offset vouches for, and the lineage this recovery continues or starts
+    trust: Trust
+    lineage: str
+    #: the primary already started at the log end on the mirror alone (see RecoveryWriter.jump_on_mirror)
+    jumped: bool = False
+
+
+class RecoveryReads:
+    """The broker's and the store's answers a recovery plans from, asked on the caller's thread."""
+
+    def __init__(
+        self,
+        primary: _KafkaConsumer,
+        settings: Settings,
+        group: str,
+        cluster_of: Callable[[str], str | None],
+        *,
+        reset_earliest: bool = False,
+    ) -> None:
+        self._primary = primary  # the application's object: its confluent_kafka methods, never overrides
+        self._settings = settings
+        self._group = group
+        #: asks the cluster id with a metadata request for a topic (never the primary's handle: see ChildHandle)
+        self._cluster_of = cluster_of
+        #: this consumer's Kafka cluster, as lineages name it (asked for once, when first needed)
+        self._cluster: str | None = None
+        #: auto.offset.reset sends a partition with no committed offset to its log start (see reset_starts)
+        self._reset_earliest = reset_earliest
+
+    def committed(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, TopicPartition]:
+        """The group's committed offset (and metadata) of each partition, in one OffsetFetch.
+
+        KafkaException when the broker cannot answer: the caller recovers none of ``keys``.
+        """
+        timeout = self._settings.recovery_timeout_s
+        return {
+            TopicPartitionKey(tp.topic, tp.partition): tp
+            for tp in _KafkaConsumer.committed(
+                self._primary, [TopicPartition(k.topic, k.partition) for k in keys], timeout=timeout
+            )
+        }
+
+    def cluster_label(self, topic: str) -> str | None:
+        """The cluster part of this consumer's lineages; None (no recovery) when the broker cannot say.
+
+        Ranges of another cluster sharing the store must never be believed nor retired here,
+        so a recovery that does not know its cluster does not run.
+        """
+        if self._cluster is None:
+            found = self._cluster_of(topic)
+            if found is None:
+                log.warning("no recovery: the cluster id is unavailable; starting as a plain consumer")
+                return None
+            self._cluster = cluster_label(found)
+        return self._cluster
+
+    def reset_starts(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Where a plain consumer starts on partitions with no committed offset, when that is their log start.
+
+        Called only when other partitions of the same recovery have a committed offset: the group has
+        checkpoints, and these partitions lack theirs (commits that never landed before a crash, a
+        partition added to the topic).  With ``auto.offset.reset=earliest`` a plain consumer reads them
+        from their log start, in the same fetches as every other partition's fresh records, which then
+        wait behind the replay.  That is a lag like any other: recovery takes the log start as the
+        checkpoint, so a large one is backfilled by the child while the primary serves fresh records.
+
+        A group with no committed offset at all is a new consumer, not a recovery: it reads from
+        ``auto.offset.reset`` in order, as plain.  Under ``latest`` (librdkafka's default) or ``error``
+        there is no lag to take: librdkafka decides.  A partition whose log start cannot be read is left
+        to librdkafka too.
+        """
+        if not self._reset_earliest or not keys:
+            return {}
+        return self.list_offsets(keys, EARLIEST)
+
+    def list_offsets(self, keys: list[TopicPartitionKey], timestamp: int) -> dict[TopicPartitionKey, int]:
+        """Each partition's log end (``LATEST``) or start (``EARLIEST``), in one request where the broker allows.
+
+        A ListOffsets for these timestamps is what ``get_watermark_offsets`` sends per
+        partition; a partition the batched answer leaves out is asked for on its own.
+        """
+        timeout = self._settings.recovery_timeout_s
+        found: dict[TopicPartitionKey, int] = {}
+        try:
+            answered = _KafkaConsumer.offsets_for_times(
+                self._primary, [TopicPartition(k.topic, k.partition, timestamp) for k in keys], timeout=timeout
+            )
+            for tp in answered:
+                if tp.error is None and tp.offset >= 0:
+                    found[TopicPartitionKey(tp.topic, tp.partition)] = int(tp.offset)
+        except KafkaException as exc:
+            log.debug("offsets (timestamp %d) of %d partition(s) in one request: %s", timestamp, len(keys), exc)
+        for key in keys:
+            if key in found:
+                continue
+            try:
+                low, high = _KafkaConsumer.get_watermark_offsets(
+                    self._primary, TopicPartition(key.topic, key.partition), timeout=timeout
+                )
+                found[key] = int(high if timestamp == LATEST else low)
+            except KafkaException as exc:
+                log.debug("watermarks of %s: %s", key, exc)
+        return found
+
+    def stored_tokens(
+        self, store: RangeStore | None, floors: dict[TopicPartitionKey, int | None]
+    ) -> dict[TopicPartitionKey, list[Token]] | None:
+        """What the store knows of each partition, read in one statement; None when it cannot be read."""
+        if store is None or not floors:
+            return None if store is None else {}
+        try:
+            found = store.partitions_ranges(
+                self._group, {(k.topic, k.partition): f for k, f in floors.items()}, skip_corrupt=True
+            )
+            return {key: found[(key.topic, key.partition)] for key in floors}
+        except StoreError as exc:
+            log.warning("range store unreadable during recovery of %d partition(s): %s", len(floors), exc)
+            return None
+
+    def marker(self, key: TopicPartitionKey, metadata: str | None) -> Marker | None:
+        """fastrecover's marker in the committed metadata; None when there is none or it cannot be read.
+
+        Unreadable or unsigned (with a key set) metadata vouches for nothing: the partition's ranges
+        above the committed offset are then retired and read again.
+        """
+        if not metadata:
+            return None
+        try:
+            return read_marker(metadata, key=self._settings.commit_mirror_key, context=mirror_context(self._group, key))
+        except CodecError as exc:
+            log.warning("ignoring unreadable commit-metadata marker of %s: %s", key, exc)
+            return None

@@ -1,0 +1,84 @@
+"""A query's checkpoint as files: read, written whole or not at all, deleted, listed by batch id.
+
+The formats of the files are in :mod:`fastrecover.spark.checkpoint`; this module
+only moves their text, through Hadoop's FileSystem in the driver's JVM, so a
+checkpoint on local disk, HDFS or an object store is edited alike.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastrecover.errors import CheckpointError
+from fastrecover.spark.driver_jvm import jvm_view
+
+
+class CheckpointFiles:
+    """The checkpoint's files through Hadoop's FileSystem (local, HDFS, object stores alike).
+
+    Every call here is a round trip to the JVM, on the path from ``start_kafka_stream`` to the first fresh
+    record: classes are looked up once (in a JVM view of their own), and a listing costs two calls per
+    file (Spark keeps 100 batches in each log by default: about 50 ms), so a restart lists one directory
+    of Spark's, the offset log, and probes single files elsewhere.
+    """
+
+    def __init__(self, spark: Any, location: str) -> None:
+        self._jvm = jvm_view(spark, "org.apache.hadoop.fs.*", "org.apache.commons.io.IOUtils")
+        self._root = self._jvm.Path(location)
+        self._fs = self._root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self.location = location.rstrip("/")
+
+    def _path(self, rel: str) -> Any:
+        return self._jvm.Path(self._root, rel)
+
+    def batch_ids(self, directory: str) -> list[int]:
+        """The batch ids with a file in ``directory`` (temporary and checksum files skipped)."""
+        path = self._path(directory)
+        if not self._fs.exists(path):
+            return []
+        names = [str(p.getName()) for p in self._jvm.FileUtil.stat2Paths(self._fs.listStatus(path))]
+        return sorted(int(n) for n in names if n.isascii() and n.isdigit())
+
+    def exists(self, rel: str) -> bool:
+        return bool(self._fs.exists(self._path(rel)))
+
+    def read(self, rel: str) -> str | None:
+        path = self._path(rel)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            return str(self._jvm.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def delete(self, rel: str) -> None:
+        """Delete ``rel``; CheckpointError if it is still there.
+
+        Hadoop's ``delete`` reports a failure as ``False``, not as an exception, and a journal file that
+        stays would be read again: a jump kept while its chunks are deleted owes its ranges once more.
+        """
+        path = self._path(rel)
+        if not self._fs.delete(path, False) and self._fs.exists(path):
+            raise CheckpointError(
+                f"cannot delete {self.location}/{rel}: the file system refused (permissions, an immutable or "
+                "read-only file?); it must go before the recovery goes on, or its offsets would be read again"
+            )
+
+    def write(self, rel: str, text: str, *, replace: bool = False) -> None:
+        """Write ``rel`` whole or not at all: a temporary file, then a rename (what Spark's logs do too)."""
+        final = self._path(rel)
+        tmp = self._path(f"{rel}.{int(time.time() * 1000)}.tmp")
+        stream = self._fs.create(tmp, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        if self._fs.exists(final):
+            if not replace:
+                self._fs.delete(tmp, False)
+                raise CheckpointError(f"{self.location}/{rel} exists already: another run of this query is active?")
+            self.delete(rel)
+        if not self._fs.rename(tmp, final):
+            raise CheckpointError(f"cannot rename {tmp} to {self.location}/{rel}")
