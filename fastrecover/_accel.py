@@ -1,8 +1,8 @@
 """The optional C steady path of ``Consumer.poll()`` (``fastrecover/_fastpoll.c``), and its switch.
 
 poll() runs once per record; in Python even a bare forwarding method costs more than issue 9's
-budget over confluent_kafka's own poll().  The extension repeats the Python fast path of
-:meth:`fastrecover.consumer.Consumer.poll` branch for branch and leaves every other case to it, so
+budget over confluent_kafka's own poll().  The extension repeats the Python steady path,
+:func:`fastrecover.steady.poll` (``Consumer.poll``), branch for branch and leaves every other case to it, so
 the Python code stays the reference: set ``FASTRECOVER_PURE_PYTHON=1`` (read at import) to run it
 alone, or run where the extension was not built.
 """
@@ -30,7 +30,7 @@ if os.environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("", "0", "false", "no
 #: True when Consumer.poll()'s steady path runs in C
 ENABLED: bool = _fastpoll is not None
 
-#: the base of ModeState: the fast path's counters as C fields when the extension is there
+#: the base of SteadyGate (fastrecover/steady.py): the fast path's counters as C fields when the extension is there
 StateBase: type = _fastpoll.FastState if ENABLED else object
 
 

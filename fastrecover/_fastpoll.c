@@ -4,13 +4,14 @@
  * Why C: an application calls poll() once per record, and on this project's machine a Python
  * method of any kind in front of confluent_kafka's poll() costs 7 % of the plain consumer's CPU
  * per record (a frame and its argument handling), more than issue 9's budget of 5 %.  This file
- * holds no decision of its own: it repeats, branch for branch, the inlined steady path of
- * fastrecover/consumer.py (the Python method Consumer.poll), which stays the reference and the fallback when the
- * extension is not built.  Anything the fast path does not recognise goes to the Python method.
+ * holds no decision of its own: it repeats, branch for branch, the steady path of Consumer.poll in
+ * fastrecover/steady.py (the Python function ``poll``), which stays the reference and the fallback when the
+ * extension is not built.  Anything the fast path does not recognise goes to the Python function.
  *
  * Two types:
- *   FastState  the counters the fast path reads and writes, as C fields; ModeState (Python)
- *              inherits them, so Python code reads and writes them as ordinary attributes.
+ *   FastState  the counters the fast path reads and writes, as C fields; SteadyGate (Python, the
+ *              consumer's ``_gate``) inherits them, so its methods read and write them as ordinary
+ *              attributes.
  *   FastPoll   a method descriptor put in Consumer's class dict as ``poll``; it binds like a
  *              function (super().poll, Consumer.poll(c, t) and bound methods all work).
  */
@@ -97,7 +98,8 @@ typedef struct {
     PyObject *dict;        /* __doc__, __name__, __wrapped__ ... (functools.update_wrapper) */
 } FastPoll;
 
-static PyObject *str_fr;    /* "_fr" */
+static PyObject *str_gate;  /* "_gate": the consumer's SteadyGate */
+static PyObject *str_fr;    /* "_fr": the consumer's mode, whose poll() takes the rest of a long wait */
 static PyObject *str_poll;  /* "poll" */
 
 /* time.monotonic(), for the refill below; 0 (never a refill) where the clock is not CLOCK_MONOTONIC. */
@@ -137,7 +139,7 @@ static PyObject *
 fastpoll_vectorcall(FastPoll *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *consumer, *timeout, *fr, *wait, *msg, *call[2];
+    PyObject *consumer, *timeout, *gate, *wait, *msg, *call[2];
     FastState *st;
 
     if (kwnames != NULL || nargs < 1 || nargs > 2) {
@@ -145,16 +147,16 @@ fastpoll_vectorcall(FastPoll *self, PyObject *const *args, size_t nargsf, PyObje
     }
     consumer = args[0];
     timeout = nargs == 2 ? args[1] : Py_None;
-    fr = PyObject_GetAttr(consumer, str_fr);
-    if (fr == NULL) {
+    gate = PyObject_GetAttr(consumer, str_gate);
+    if (gate == NULL) {
         PyErr_Clear();
         return PyObject_Vectorcall(self->slow, args, nargsf, NULL);
     }
-    if (!PyObject_TypeCheck(fr, &FastStateType) || ((FastState *)fr)->fast_calls <= 0) {
-        Py_DECREF(fr);
+    if (!PyObject_TypeCheck(gate, &FastStateType) || ((FastState *)gate)->fast_calls <= 0) {
+        Py_DECREF(gate);
         return PyObject_Vectorcall(self->slow, args, nargsf, NULL);
     }
-    st = (FastState *)fr;
+    st = (FastState *)gate;
     if (timeout == st->fast_timeout && st->fast_wait != NULL) {
         wait = st->fast_wait;
     }
@@ -162,7 +164,7 @@ fastpoll_vectorcall(FastPoll *self, PyObject *const *args, size_t nargsf, PyObje
         wait = self->slice;
     }
     else {
-        Py_DECREF(fr);
+        Py_DECREF(gate);
         return PyObject_Vectorcall(self->slow, args, nargsf, NULL);
     }
     Py_INCREF(wait);
@@ -197,8 +199,10 @@ fastpoll_vectorcall(FastPoll *self, PyObject *const *args, size_t nargsf, PyObje
         st->fast_calls = 0; /* nothing came: the next call reads the clock (the tick) */
         if (wait != timeout) {
             PyObject *rest = rest_of_wait(timeout, self->slice_s);
+            PyObject *mode = rest == NULL ? NULL : PyObject_GetAttr(consumer, str_fr);
             Py_DECREF(msg);
-            msg = rest == NULL ? NULL : PyObject_CallMethodOneArg(fr, str_poll, rest);
+            msg = mode == NULL ? NULL : PyObject_CallMethodOneArg(mode, str_poll, rest);
+            Py_XDECREF(mode);
             Py_XDECREF(rest);
         }
     }
@@ -206,7 +210,7 @@ fastpoll_vectorcall(FastPoll *self, PyObject *const *args, size_t nargsf, PyObje
         st->primary_messages += 1;
     }
     Py_DECREF(wait);
-    Py_DECREF(fr);
+    Py_DECREF(gate);
     return msg;
 }
 
@@ -339,7 +343,7 @@ static PyTypeObject FastPollType = {
 static struct PyModuleDef fastpoll_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "fastrecover._fastpoll",
-    .m_doc = "Consumer.poll()'s steady path in C (see fastrecover/consumer.py for the reference).",
+    .m_doc = "Consumer.poll()'s steady path in C (see fastrecover/steady.py for the reference).",
     .m_size = -1,
 };
 
@@ -348,9 +352,10 @@ PyInit__fastpoll(void)
 {
     PyObject *m;
 
+    str_gate = PyUnicode_InternFromString("_gate");
     str_fr = PyUnicode_InternFromString("_fr");
     str_poll = PyUnicode_InternFromString("poll");
-    if (str_fr == NULL || str_poll == NULL) {
+    if (str_gate == NULL || str_fr == NULL || str_poll == NULL) {
         return NULL;
     }
     if (PyType_Ready(&FastStateType) < 0 || PyType_Ready(&FastPollType) < 0) {

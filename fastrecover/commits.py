@@ -1,24 +1,27 @@
-"""The two commit logs: offsets inside a held range go to the store, the rest to Kafka.
+"""The commit router: offsets inside a held range go to the store, the rest to Kafka.
 
-Per-message commits of partitions with ranges are routed a batch at a time; the
-store side is written behind (:mod:`fastrecover.committer`) unless the commit is
-synchronous.  ``committed()`` merges both logs the way the KIP describes.
+Per-message commits and stores of partitions with ranges are deferred and routed a batch at a
+time (:class:`CommitRouter` owns the two lists); the store side is written behind
+(:mod:`fastrecover.committer`) unless the commit is synchronous.  ``committed()`` merges both
+logs the way the KIP describes.  What follows a store commit (mirrors refreshed, finished
+partitions moved to their floor) is here too: only a commit changes them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import hooks
 from fastrecover.batches import partition_runs
+from fastrecover.book import RangeBook
 from fastrecover.codec import is_mirror
 from fastrecover.errors import StoreError
-from fastrecover.mode_state import ModeState, key_of
+from fastrecover.mode_state import ModeParts, key_of
 from fastrecover.ranges import (
     RangeProgress,
     merged_committed,
@@ -28,78 +31,110 @@ from fastrecover.ranges import (
 )
 from fastrecover.tokens import TopicPartitionKey
 
+if TYPE_CHECKING:
+    from fastrecover.streams import Streams
+
 log = logging.getLogger("fastrecover.commits")
 
 _K = _KafkaConsumer
 
 
-class CommitPaths(ModeState):
-    """commit(), store_offsets() and committed() of the KIP-333 mode."""
+def route_messages(book: RangeBook, msgs: list[Message]) -> tuple[dict[int, list[int]], dict[TopicPartitionKey, int]]:
+    """Records of partitions with ranges, split in bulk: offsets per range, next offset per partition."""
+    by_range: dict[int, list[int]] = {}
+    primary: dict[TopicPartitionKey, int] = {}
+    if any(map(Message.error, msgs)):  # an event is no record: its offset (the log end for EOF) is no one's work
+        msgs = [m for m in msgs if m.error() is None]
+    offsets = cast(list[int], list(map(Message.offset, msgs)))
+    grouped: dict[TopicPartitionKey, list[int]] = {}
+    for key, lo, hi in partition_runs(msgs):  # per run of one partition, never per record
+        grouped.setdefault(key, []).extend(offsets[lo:hi])
+    for key, key_offsets in grouped.items():
+        routed, mine = route_records(key_offsets, book.spans(key))
+        for token_id, done in routed.items():
+            by_range.setdefault(token_id, []).extend(done)
+        if mine:
+            primary[key] = mine[-1] + 1
+    return by_range, primary
+
+
+class CommitRouter:
+    """commit(), store_offsets() and committed() of the KIP-333 mode; owns the deferred per-message calls."""
+
+    def __init__(self, parts: ModeParts, streams: Streams) -> None:
+        self._parts = parts
+        self._streams = streams
+        self.app = parts.app
+        self._book = parts.book
+        self._partitions = parts.partitions
+        #: per-message commits (asynchronous) and stores of partitions with ranges, routed at the next tick
+        self.deferred: list[Message] = []
+        self.deferred_stored: list[Message] = []
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.deferred or self.deferred_stored)
+
+    def defer_commit(self, message: Message) -> None:
+        """An asynchronous commit of a record of a partition with ranges: routed in bulk at the next tick."""
+        self.deferred.append(message)
+
+    def defer_store(self, message: Message) -> None:
+        """A store of a record of a partition with ranges: routed in bulk at the next tick or commit."""
+        self.deferred_stored.append(message)
+
+    def flush_deferred(self) -> None:
+        """Route the deferred per-message commits and stores now (a tick, a commit, a revoke)."""
+        if self.deferred:
+            self.commit_deferred()
+        if self.deferred_stored:
+            self.store_deferred()
 
     def commit(
         self, message: Message | None, offsets: list[TopicPartition] | None, asynchronous: bool
     ) -> list[TopicPartition] | None:
         if message is not None:
-            if (message.topic(), message.partition()) not in self.routes:  # a plain tuple equals the key
+            if (message.topic(), message.partition()) not in self._partitions.routes:  # a plain tuple equals the key
                 key = TopicPartitionKey(message.topic() or "", message.partition() or 0)
                 return self.commit_primary([(key, message.offset() + 1, None)], asynchronous)  # type: ignore[operator]
-            if asynchronous:
-                self.deferred.append(message)  # routed in bulk at the next tick
-                return None
             self.deferred.append(message)
+            if asynchronous:  # routed in bulk at the next tick
+                return None
             return self.commit_deferred(sync=True)
         if offsets is not None:
             triples = [(key_of(tp), tp.offset, tp.metadata) for tp in offsets]
             return self.commit_offsets(triples, asynchronous)
         return self.commit_all(asynchronous)
 
-    def route_messages(self, msgs: list[Message]) -> tuple[dict[int, list[int]], dict[TopicPartitionKey, int]]:
-        """Records of partitions with ranges, split in bulk: offsets per range, next offset per partition."""
-        by_range: dict[int, list[int]] = {}
-        primary: dict[TopicPartitionKey, int] = {}
-        if any(map(Message.error, msgs)):  # an event is no record: its offset (the log end for EOF) is no one's work
-            msgs = [m for m in msgs if m.error() is None]
-        offsets = cast(list[int], list(map(Message.offset, msgs)))
-        grouped: dict[TopicPartitionKey, list[int]] = {}
-        for key, lo, hi in partition_runs(msgs):  # per run of one partition, never per record
-            grouped.setdefault(key, []).extend(offsets[lo:hi])
-        for key, key_offsets in grouped.items():
-            routed, mine = route_records(key_offsets, self.book.spans(key))
-            for token_id, done in routed.items():
-                by_range.setdefault(token_id, []).extend(done)
-            if mine:
-                primary[key] = mine[-1] + 1
-        return by_range, primary
-
     def store_deferred(self) -> None:
         """Per-message store_offsets() of partitions with ranges, applied a batch at a time."""
         msgs, self.deferred_stored = self.deferred_stored, []
-        by_range, primary = self.route_messages(msgs)
+        by_range, primary = route_messages(self._book, msgs)
         for token_id, done in by_range.items():
-            if self.settings.commit_out_of_order:
-                self.book.mark_stored(token_id, done)
+            if self._parts.settings.commit_out_of_order:
+                self._book.mark_stored(token_id, done)
             else:  # Kafka's meaning: every record of the range up to the message is done
-                self.book.store_upto(token_id, max(done) + 1)
+                self._book.store_upto(token_id, max(done) + 1)
         if primary:
-            _K.store_offsets(self.app, offsets=[self.with_mirror(k, o, None) for k, o in primary.items()])
-            self.drop_floors(primary)
+            _K.store_offsets(self.app, offsets=[self._parts.with_mirror(k, o, None) for k, o in primary.items()])
+            self._partitions.drop_floors(primary)
 
     def commit_deferred(self, sync: bool = False) -> list[TopicPartition] | None:
         """Per-message commits of partitions with ranges, routed a batch at a time."""
         msgs, self.deferred = self.deferred, []
-        by_range, primary = self.route_messages(msgs)
+        by_range, primary = route_messages(self._book, msgs)
         for token_id, done in by_range.items():
-            if self.settings.commit_out_of_order:
-                self.book.mark_done(token_id, done)
+            if self._parts.settings.commit_out_of_order:
+                self._book.mark_done(token_id, done)
             else:  # Kafka's meaning: every record of the range up to the message is done
-                self.book.commit_upto(token_id, max(done) + 1)
+                self._book.commit_upto(token_id, max(done) + 1)
         if not sync:
             if primary:
                 self.commit_primary([(k, o, None) for k, o in primary.items()], True)
             return None
-        keys = [h.token.key for t in by_range if (h := self.book.get(t)) is not None]
+        keys = [h.token.key for t in by_range if (h := self._book.get(t)) is not None]
         if not primary:
-            ranges = self.committer.flush_sync(keys)
+            ranges = self._parts.committer.flush_sync(keys)
             hooks.fire("between-commits")
             return ranges
         return self.commit_both(keys, lambda: self.commit_primary([(k, o, None) for k, o in primary.items()], False))
@@ -110,60 +145,43 @@ class CommitPaths(ModeState):
         routed: dict[int, int] = {}
         primary: list[tuple[TopicPartitionKey, int, str | None]] = []
         for key, offset, meta in triples:
-            token_id = route_commit(offset, self.book.spans(key)) if key in self.routes else None
+            token_id = route_commit(offset, self._book.spans(key)) if key in self._partitions.routes else None
             if token_id is None:
                 primary.append((key, offset, meta))
                 continue
             routed[token_id] = max(offset, routed.get(token_id, offset))
             if meta:
-                self.user_meta[key] = meta
+                self._partitions.keep_meta(key, meta)
         for token_id, next_offset in routed.items():
-            self.book.commit_upto(token_id, next_offset)
-        keys = [h.token.key for t in routed if (h := self.book.get(t)) is not None]
+            self._book.commit_upto(token_id, next_offset)
+        keys = [h.token.key for t in routed if (h := self._book.get(t)) is not None]
         if asynchronous:  # marked in memory: the write-behind writes it on its cadence (tick)
             if primary or not routed:
                 self.commit_primary(primary, True)
             return None
         if not primary and routed:
-            return self.committer.flush_sync(keys)
+            return self._parts.committer.flush_sync(keys)
         return self.commit_both(keys, lambda: self.commit_primary(primary, False))
-
-    def drop_floors(self, keys: Iterable[TopicPartitionKey]) -> None:
-        """The primary handed its own offsets of ``keys`` to librdkafka: their floors must never follow.
-
-        A floor is committed (asynchronously) once a partition's ranges finish while its primary
-        committed nothing; committed after the primary's own offset, it would move Kafka's offset back.
-        """
-        if self.floors:
-            for key in keys:
-                self.floors.pop(key, None)
 
     def commit_primary(
         self, triples: list[tuple[TopicPartitionKey, int, str | None]], asynchronous: bool
     ) -> list[TopicPartition] | None:
-        tps = [self.with_mirror(k, o, m) for k, o, m in triples]
-        self.drop_floors(k for k, _o, _m in triples)
+        tps = [self._parts.with_mirror(k, o, m) for k, o, m in triples]
+        self._partitions.drop_floors(k for k, _o, _m in triples)
         return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
 
     def commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
         """The offset-less commit(): everything stored so far, in both logs."""
-        if self.deferred:
-            self.commit_deferred()
-        if self.deferred_stored:
-            self.store_deferred()
-        if self.auto_store:
-            self.offsets.settle()
-            self.sync_positions()
-            for run in self.child_runs:
-                self.book.store_upto(run.token_id, run.last + 1)
-            self.child_runs = []
+        self.flush_deferred()
+        if self._parts.auto_store:
+            self._streams.settle_returned(sync=True)
         self.store_primary()
-        self.book.promote_stored()
+        self._book.promote_stored()
         if asynchronous:  # marked in memory: the write-behind writes it on its cadence (tick)
             try:
                 _K.commit(self.app, asynchronous=True)
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NO_OFFSET or not self.book.held():
+                if exc.args[0].code() != KafkaError._NO_OFFSET or not self._book.held():
                     raise
             return None
         no_offset: list[KafkaException] = []
@@ -193,33 +211,32 @@ class CommitPaths(ModeState):
         offsets), so their order does not matter for loss: a crash between them
         re-delivers.  Both outcomes are applied before anything is raised.
         """
-        job = self.committer.begin_sync(keys)  # StoreUnavailableError here: nothing was sent to Kafka
+        job = self._parts.committer.begin_sync(keys)  # StoreUnavailableError here: nothing was sent to Kafka
         ranges: list[TopicPartition] = []
         if job is not None and hooks.armed("between-commits"):  # the fault point needs the two in order
-            ranges, job = self.committer.finish_sync(job), None
+            ranges, job = self._parts.committer.finish_sync(job), None
             hooks.fire("between-commits")
         try:
             result = kafka()
         except BaseException:
             if job is not None:
-                self.committer.finish_sync(job, raise_errors=False)
+                self._parts.committer.finish_sync(job, raise_errors=False)
                 self.after_commits()
             raise
         if job is not None:
-            ranges = self.committer.finish_sync(job)
+            ranges = self._parts.committer.finish_sync(job)
         self.after_commits()
         return list(result or []) + ranges
 
     def store_primary(self, keys: Iterable[TopicPartitionKey] | None = None) -> None:
         """Hand settled primary offsets to librdkafka's offset store (auto-commit and commit() take them)."""
-        if not self.auto_store:
+        if not self._parts.auto_store:
             return
-        done = self.offsets.take_dirty(keys)
+        done = self._parts.offsets.take_dirty(keys)
         if not done:
             return
-        tps = [self.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
-        for k in done:
-            self.floors.pop(TopicPartitionKey(*k), None)
+        tps = [self._parts.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
+        self._partitions.drop_floors(done)
         try:
             _K.store_offsets(self.app, offsets=tps)
         except KafkaException as exc:
@@ -228,19 +245,19 @@ class CommitPaths(ModeState):
     def store_offsets(self, message: Message | None, offsets: list[TopicPartition] | None) -> None:
         if message is not None:
             key = TopicPartitionKey(message.topic() or "", message.partition() or 0)
-            if key in self.routes:
+            if key in self._partitions.routes:
                 self.deferred_stored.append(message)  # routed in bulk at the next tick or commit
                 return
-            _K.store_offsets(self.app, offsets=[self.with_mirror(key, cast(int, message.offset()) + 1, None)])
-            self.floors.pop(key, None)
+            _K.store_offsets(self.app, offsets=[self._parts.with_mirror(key, cast(int, message.offset()) + 1, None)])
+            self._partitions.drop_floors([key])
             return
         pairs = [(key_of(tp), tp.offset) for tp in offsets or []]
-        primary, routed = split_commit(pairs, {k: self.book.spans(k) for k, _ in pairs})
+        primary, routed = split_commit(pairs, {k: self._book.spans(k) for k, _ in pairs})
         for token_id, next_offset in routed.items():
-            self.book.store_upto(token_id, next_offset)
+            self._book.store_upto(token_id, next_offset)
         if primary:
-            _K.store_offsets(self.app, offsets=[self.with_mirror(k, o, None) for k, o in primary])
-            self.drop_floors(k for k, _o in primary)
+            _K.store_offsets(self.app, offsets=[self._parts.with_mirror(k, o, None) for k, o in primary])
+            self._partitions.drop_floors(k for k, _o in primary)
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None) -> list[TopicPartition]:
         """The KIP's merged committed(): below the returned offset everything is checkpointed."""
@@ -250,13 +267,13 @@ class CommitPaths(ModeState):
         for tp in result:
             key = key_of(tp)
             if is_mirror(tp.metadata):  # our mirror is not the application's metadata
-                extra: dict[str, Any] = {"metadata": self.user_meta.get(key), "leader_epoch": tp.leader_epoch}
+                extra: dict[str, Any] = {"metadata": self._partitions.meta(key), "leader_epoch": tp.leader_epoch}
                 tp = TopicPartition(
                     tp.topic, tp.partition, tp.offset, **{k: v for k, v in extra.items() if v is not None}
                 )
             answer.append(tp)
-            ranges = [h.durable for h in self.book.held(key)]
-            if not ranges and key not in self.assigned:
+            ranges = [h.durable for h in self._book.held(key)]
+            if not ranges and key not in self._partitions:
                 if foreign is None:
                     foreign = self.foreign_ranges()
                 ranges = foreign.get(key, [])
@@ -265,12 +282,41 @@ class CommitPaths(ModeState):
                 tp.offset = merged
         return answer
 
+    def after_commits(self) -> None:
+        """Ranges settled or finished in the store: refresh mirrors, move idle partitions' Kafka offsets."""
+        committer, offsets = self._parts.committer, self._parts.offsets
+        settled = committer.take_settled()
+        if settled:
+            offsets.mark_dirty(settled)
+        finished = committer.take_finished()
+        if settled or finished:
+            self._partitions.refresh()
+        if finished:
+            self.advance_idle(finished)
+
+    def advance_idle(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """committed() is never stale: a finished partition whose primary committed nothing moves to its floor."""
+        tps = []
+        offsets, partitions = self._parts.offsets, self._partitions
+        offsets.fold()
+        for key in keys:
+            floor = partitions.floor(key)
+            if floor is None or self._book.held(key) or key in offsets.done:
+                continue
+            partitions.drop_floors([key])
+            tps.append(TopicPartition(key.topic, key.partition, floor))
+        if tps:
+            try:
+                _K.commit(self.app, offsets=tps, asynchronous=True)
+            except KafkaException as exc:
+                log.debug("moving finished partitions' offsets: %s", exc)
+
     def foreign_ranges(self) -> dict[TopicPartitionKey, list[RangeProgress]]:
-        store = self.link.get()
+        store = self._parts.link.get()
         if store is None:
             return {}
         try:
-            tokens = store.open_ranges(self.group, skip_corrupt=True)
+            tokens = store.open_ranges(self._parts.group, skip_corrupt=True)
         except StoreError as exc:
             log.warning("committed(): range store unreadable, answering from Kafka only: %s", exc)
             return {}

@@ -21,11 +21,12 @@ from fastrecover._accel import fast_poll
 from fastrecover.config import ENABLE_KEYS, child_config, parse_bool, split_config
 from fastrecover.errors import ConfigError
 from fastrecover.metrics import ConsumerMetrics
-from fastrecover.mode_state import FAST_CALLS
-from fastrecover.mode_state import IDLE_SLICE_S as _SLICE
+from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S
 from fastrecover.parallel import ParallelMode
 from fastrecover.ranges import RangeProgress
 from fastrecover.recoverer import RecoveryReport
+from fastrecover.steady import SteadyGate
+from fastrecover.steady import poll as _steady_poll
 from fastrecover.tokens import Token, TopicPartitionKey
 
 __all__ = ["Consumer", "RecoveryReport"]
@@ -58,6 +59,8 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
     """
 
     _fr: ParallelMode | None = None
+    #: the steady gate of ``_fr``: Consumer.poll's steady path (fastrecover/steady.py, and its C copy) reads it
+    _gate: SteadyGate | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Consumer:
         target = _PlainMode if cls is Consumer and not _mode_on(args, kwargs) else cls
@@ -82,6 +85,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             primary_conf["enable.auto.offset.store"] = False
         super().__init__(primary_conf)
         self._fr = ParallelMode(self, conf, settings)
+        self._gate = self._fr.gate
 
     # ---- KIP-333 additions -----------------------------------------------------------------
 
@@ -124,46 +128,8 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     # ---- records ---------------------------------------------------------------------------
 
-    def poll(self, timeout: float | None = None) -> Message | None:
-        """One record or event; with the mode on, live records and backfilled ones interleaved.
-
-        Args:
-            timeout: seconds to wait; None waits forever, as plain.
-        Returns:
-            A ``Message`` (a record, or an event whose ``error()`` is set) or None on timeout.
-            Order holds within the live stream and within each range, not across the two.
-        Raises:
-            KafkaException, and what the application's callbacks raise, as plain.
-        """
-        fr = self._fr
-        if fr is not None and fr.fast_calls:
-            # The steady state (no range; records untracked, see ParallelMode.poll), inlined: poll() runs
-            # once per record, and a second frame plus a clock read cost more than half a µs here.  A
-            # call passing the very timeout object of the call that started the run (a loop's constant)
-            # waits what that call worked out: the timeout, or one slice of a longer wait; another float
-            # longer than a slice waits one slice.  The rest of a longer wait is ParallelMode.poll's, in
-            # slices (a recovery in the wait gives the child a backlog librdkafka's wait does not see).
-            if timeout is fr.fast_timeout:
-                wait: float | None = fr.fast_wait
-            elif type(timeout) is float and timeout > _SLICE:
-                wait = _SLICE
-            else:
-                wait = None  # the full path below (a short wait worked out anew, or a wrong type)
-            if wait is not None:
-                fr.fast_calls -= 1
-                msg = _K.poll(self, wait)
-                if msg is None:
-                    fr.fast_calls = 0  # nothing came: the next call reads the clock (the tick)
-                    if wait is not timeout:
-                        return fr.poll(timeout if timeout is None or timeout < 0 else max(0.0, timeout - _SLICE))
-                else:
-                    fr.primary_messages += 1
-                return msg  # type: ignore[no-any-return]
-        if fr is None and timeout is None:  # a subclass with the mode off: confluent_kafka's poll() waits forever
-            return _K.poll(self)  # type: ignore[no-any-return]
-        if fr is None or (timeout is not None and type(timeout) not in _NUMBER):
-            return _K.poll(self, timeout) if fr is None else fr.note_primary(_K.poll(self, timeout))  # type: ignore[arg-type]
-        return fr.poll(timeout)
+    #: the steady path inlined (fastrecover/steady.py: it reads and writes the gate's counters)
+    poll = _steady_poll
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         """Up to ``num_messages`` records; with the mode on, both streams share the batch.
@@ -199,24 +165,20 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             synchronous commit may also raise ``StoreUnavailableError`` or ``FencedError``.
         """
         fr = self._fr
-        if (
-            fr is not None
-            and offsets is None
-            and message is not None
-            and not (fr.routes or fr.floors or fr.book.by_key)
-        ):
-            # no range, mirror or floor on any partition (the steady state): plain's own commit, which
-            # also gives plain's answer to a wrongly typed or errored message (no check of ours first)
-            return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
-        if fr is not None and offsets is None and type(message) is Message and message.error() is None:
-            key = (message.topic(), message.partition())
-            if key in fr.routes:
-                if asynchronous is True:
-                    fr.deferred.append(message)  # the write-behind path: routed in bulk at the next tick
-                    return None
-            elif not fr.floors and key not in fr.book.by_key:
-                # nothing of ours on this partition (no range, no mirror, no floor): plain's own commit
+        if fr is not None and offsets is None and message is not None:
+            partitions = fr.partitions
+            if not partitions.owned:
+                # no range, mirror or floor on any partition (the steady state): plain's own commit, which
+                # also gives plain's answer to a wrongly typed or errored message (no check of ours first)
                 return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+            if type(message) is Message and message.error() is None:
+                key = (message.topic(), message.partition())
+                if key in partitions.routes:
+                    if asynchronous is True:
+                        fr.router.defer_commit(message)  # the write-behind path: routed in bulk at the next tick
+                        return None
+                elif not partitions.owns(key):  # nothing of ours on this partition: plain's own commit
+                    return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         if fr is None or (
             message is not None and (offsets is not None or type(message) is not Message or message.error() is not None)
         ):
@@ -240,15 +202,15 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             and not fr.auto_store
             and message.error() is None
         ):
-            routes = fr.routes
-            if not (routes or fr.floors or fr.book.by_key):
+            partitions = fr.partitions
+            if not partitions.owned:
                 _K.store_offsets(self, message=message)  # nothing of ours anywhere: plain's own call
                 return
             key = (message.topic(), message.partition())
-            if key in routes:
-                fr.deferred_stored.append(message)  # a partition with ranges: routed in bulk at the next tick
+            if key in partitions.routes:
+                fr.router.defer_store(message)  # a partition with ranges: routed in bulk at the next tick
                 return
-            if not fr.floors and key not in fr.book.by_key:
+            if not partitions.owns(key):
                 _K.store_offsets(self, message=message)  # nothing of ours on this partition
                 return
             fr.store_offsets(message, None)
@@ -355,6 +317,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         try:
             fr.close()  # rebalance callbacks during close still see the mode-on methods
         finally:
+            self._gate = None
             self._fr = None  # from here on every method is the closed primary's: RuntimeError('Consumer closed')
 
     def __enter__(self) -> Consumer:
@@ -366,7 +329,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
 # The steady path of poll() in C when the extension is built (fastrecover/_accel.py); the Python
 # method above is the reference and handles every other call.
-Consumer.poll = fast_poll(_K.poll, Consumer.poll, _SLICE, FAST_CALLS)  # type: ignore[method-assign]
+Consumer.poll = fast_poll(_K.poll, Consumer.poll, IDLE_SLICE_S, FAST_CALLS)  # type: ignore[method-assign]
 
 
 class _PlainMode(Consumer):

@@ -4,6 +4,10 @@ A partition that leaves this member with unfinished ranges is *handed back*:
 Kafka's committed offset moves down to the lowest unfinished offset after what
 the primary processed above the ranges became done tokens, so that any
 successor, a plain consumer included, starts where nothing is lost.
+
+:class:`Handover` owns the application's rebalance callbacks and whether one of them is
+running; the partitions themselves are the registry's (:mod:`fastrecover.partitions`), whose
+:meth:`~fastrecover.partitions.Partitions.remove` is the one call that forgets a partition.
 """
 
 from __future__ import annotations
@@ -15,16 +19,18 @@ from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from fastrecover import hooks
-from fastrecover.commits import CommitPaths
+from fastrecover.commits import CommitRouter
 from fastrecover.errors import StoreError
-from fastrecover.mode_state import RebalanceCallback, key_of
+from fastrecover.mode_state import ModeParts, RebalanceCallback, key_of
 from fastrecover.ranges import (
     OffsetRange,
     RangeProgress,
     subtract,
 )
 from fastrecover.recoverer import Recovered
+from fastrecover.steady import SteadyGate
 from fastrecover.store import ProgressUpdate
+from fastrecover.streams import Streams
 from fastrecover.tokens import TopicPartitionKey
 
 if TYPE_CHECKING:  # the store module imports SQLAlchemy: a consumer with the mode off never loads it
@@ -35,73 +41,85 @@ log = logging.getLogger("fastrecover.handover")
 _K = _KafkaConsumer
 
 
-class Handover(CommitPaths):
+class Handover:
     """subscribe/assign/unassign and the rebalance callbacks of the KIP-333 mode."""
+
+    def __init__(self, parts: ModeParts, router: CommitRouter, streams: Streams, gate: SteadyGate) -> None:
+        self._parts = parts
+        self._router = router
+        self._streams = streams
+        self._gate = gate
+        self._app = parts.app
+        self._book = parts.book
+        self._partitions = parts.partitions
+        self.user_cbs: tuple[RebalanceCallback | None, ...] = (None, None, None)
+        #: an application's rebalance callback runs: its assign()/unassign() only records that it called them
+        self.in_rebalance = False
+        self.assigned_in_cb = False
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         self.user_cbs = (on_assign, on_revoke, on_lost)
-        self.expect_assignment()
-        _K.subscribe(self.app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
+        self._gate.expect_assignment()
+        _K.subscribe(self._app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
 
     def assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
         if not self.in_rebalance and not incremental:
             keep = {key_of(tp) for tp in partitions}
-            self.let_go([k for k in self.assigned if k not in keep], lost=False)
-        again = [k for k in dict.fromkeys(key_of(tp) for tp in partitions) if self.book.held(k)]
+            self.let_go([k for k in self._partitions.assigned if k not in keep], lost=False)
+        again = [k for k in dict.fromkeys(key_of(tp) for tp in partitions) if self._book.held(k)]
         if again:  # recovery claims their ranges anew: what the current claim has not written would be re-read
-            self.committer.flush_sync(again, raise_errors=False)
-        recovered = self.recoverer.recover(partitions)
+            self._parts.committer.flush_sync(again, raise_errors=False)
+        recovered = self._parts.recoverer.recover(partitions)
         if self.in_rebalance:
             self.assigned_in_cb = True
-        (_K.incremental_assign if incremental else _K.assign)(self.app, recovered.partitions)
-        keys = {key_of(tp) for tp in recovered.partitions}
-        self.assigned = (self.assigned | keys) if incremental else keys
-        topics = {k.topic for k in self.assigned}
-        self.offsets.set_single_topic(next(iter(topics)) if len(topics) == 1 else None)
+        (_K.incremental_assign if incremental else _K.assign)(self._app, recovered.partitions)
+        self._partitions.assign((key_of(tp) for tp in recovered.partitions), incremental)
+        topics = {k.topic for k in self._partitions.assigned}
+        self._parts.offsets.set_single_topic(next(iter(topics)) if len(topics) == 1 else None)
         self.started(recovered)
 
     def started(self, recovered: Recovered) -> None:
         """Hand new ranges to the child; mirror them into the commit metadata (same offset)."""
-        self.floors.update(recovered.floors)
         token_ids, to_mirror = recovered.started, recovered.to_mirror
-        self.routes = self.book.routes()
-        works = self.book.works(token_ids)
+        self._partitions.set_floors(recovered.floors)
+        self._partitions.refresh()
+        works = self._book.works(token_ids)
         if works:
-            self.steady = False
-            self.fast_calls = 0
-            self.child.add(works)
-        if self.settings.commit_mirror and to_mirror:
+            self._gate.leave()
+            self._parts.child.add(works)
+        if self._parts.settings.commit_mirror and to_mirror:
             try:
-                _K.commit(self.app, offsets=[self.with_mirror(k, c, None) for k, c in to_mirror], asynchronous=False)
+                _K.commit(
+                    self._app, offsets=[self._parts.with_mirror(k, c, None) for k, c in to_mirror], asynchronous=False
+                )
             except KafkaException as exc:
                 log.warning("could not mirror ranges into commit metadata: %s", exc)
 
     def unassign(self, keys: list[TopicPartitionKey] | None) -> None:
-        gone = list(self.assigned) if keys is None else keys
+        gone = list(self._partitions.assigned) if keys is None else keys
         if not self.in_rebalance:
             self.let_go(gone, lost=False)
         else:
             self.assigned_in_cb = True
         if keys is None:
-            _K.unassign(self.app)
-            self.assigned = set()
+            _K.unassign(self._app)
         else:
-            _K.incremental_unassign(self.app, [TopicPartition(k.topic, k.partition) for k in keys])
-            self.assigned -= set(keys)
+            _K.incremental_unassign(self._app, [TopicPartition(k.topic, k.partition) for k in keys])
+        self._partitions.remove(gone)
 
     def on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.in_rebalance, self.assigned_in_cb = True, False
         try:
             if self.user_cbs[0] is not None:
-                self.user_cbs[0](self.app, partitions)
+                self.user_cbs[0](self._app, partitions)
         finally:
             # Also when the application's callback raised: confluent_kafka then assigns the partitions
             # itself (and poll() raises the error), which would start them at the committed offset,
             # with no recovery.  The assignment is made here, with recovery, and the error goes on.
             self.in_rebalance = False
             if not self.assigned_in_cb:
-                self.assign(partitions, incremental=self.cooperative)
-            self.joining_until = 0.0
+                self.assign(partitions, incremental=self._parts.cooperative)
+            self._gate.assignment_made()
 
     def on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.rebalance_out(partitions, self.user_cbs[1], lost=False)
@@ -111,51 +129,42 @@ class Handover(CommitPaths):
 
     def rebalance_out(self, partitions: list[TopicPartition], user_cb: RebalanceCallback | None, lost: bool) -> None:
         keys = [key_of(tp) for tp in partitions]
-        self.expect_assignment()  # a rebalance: the new assignment follows
+        self._gate.expect_assignment()  # a rebalance: the new assignment follows
         try:
             self.in_rebalance = True
             if user_cb is not None:
-                user_cb(self.app, partitions)
+                user_cb(self._app, partitions)
         finally:
             self.in_rebalance = False
             self.let_go(keys, lost=lost)
-            self.assigned -= set(keys)
+            self._partitions.remove(keys)
 
     def let_go(self, keys: list[TopicPartitionKey], lost: bool) -> None:
         """Partitions leave this member: commit what we may, hand unfinished ranges back, release."""
         if not keys:
             return
-        if self.deferred:
-            self.commit_deferred()
-        if self.deferred_stored:
-            self.store_deferred()
+        self._router.flush_deferred()
+        parts = self._parts
         if not lost:
-            if self.auto_store:
-                self.offsets.settle()
-                self.sync_positions()
-                for run in self.child_runs:
-                    self.book.store_upto(run.token_id, run.last + 1)
-            self.child_runs = []
-            if self.auto_commit:
-                done = self.offsets.take_dirty(keys)
-                tps = [self.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
+            if parts.auto_store:
+                self._streams.settle_returned(sync=True)
+            self._streams.drop_runs()
+            if parts.auto_commit:
+                done = parts.offsets.take_dirty(keys)
+                tps = [self._parts.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
                 if tps:
                     try:
-                        _K.commit(self.app, offsets=tps, asynchronous=False)
+                        _K.commit(self._app, offsets=tps, asynchronous=False)
                     except KafkaException as exc:
                         log.warning("commit on revoke failed: %s", exc)
-                self.book.promote_stored(keys)
-            self.committer.flush_sync(keys, raise_errors=False)
+                self._book.promote_stored(keys)
+            parts.committer.flush_sync(keys, raise_errors=False)
             self.hand_back(keys)
-        self.child.drop(keys)
-        released = self.book.remove_partitions(keys)
-        self.offsets.drop(keys)
-        for key in keys:
-            self.floors.pop(key, None)
-            self.held_eof.pop(key, None)
-            self.user_meta.pop(key, None)
-        self.recoverer.forget(keys)
-        self.routes = self.book.routes()
+        parts.child.drop(keys)
+        released = self._book.remove_partitions(keys)
+        parts.offsets.drop(keys)
+        parts.recoverer.forget(keys)
+        self._partitions.remove(keys)
         store = self._store_for_release()
         if lost or store is None:
             return
@@ -163,7 +172,7 @@ class Handover(CommitPaths):
             if held.parked:
                 continue
             try:
-                store.release(held.token.id, self.owner, held.token.epoch)
+                store.release(held.token.id, self._parts.owner, held.token.epoch)
             except StoreError as exc:
                 log.debug("release of range #%d failed: %s", held.token.id, exc)
 
@@ -174,7 +183,7 @@ class Handover(CommitPaths):
         schema): close() must still close the consumer, and there is nothing of this member's to release.
         """
         try:
-            return self.link.get()
+            return self._parts.link.get()
         except StoreError as exc:
             log.warning("range store not usable while letting partitions go: %s", exc)
             return None
@@ -197,28 +206,28 @@ class Handover(CommitPaths):
         would otherwise put Kafka's offset back above the open ranges.
         """
         store = self._store_for_release()
-        open_keys = [k for k in keys if any(not h.parked and not h.pending.done for h in self.book.held(k))]
+        open_keys = [k for k in keys if any(not h.parked and not h.pending.done for h in self._book.held(k))]
         if store is None or not open_keys:
             return
-        flushed = self._commit_stored() if self.auto_commit else True
+        flushed = self._commit_stored() if self._parts.auto_commit else True
         try:
             hooks.fire("hand-back-read")
             current = {
                 key_of(tp): tp.offset
                 for tp in _K.committed(
-                    self.app,
+                    self._app,
                     [TopicPartition(k.topic, k.partition) for k in open_keys],
-                    timeout=self.settings.recovery_timeout_s,
+                    timeout=self._parts.settings.recovery_timeout_s,
                 )
                 if tp.error is None
             }
         except KafkaException as exc:
             log.warning("could not read committed offsets to hand ranges back: %s", exc)
             current = {}
-        reached = dict(self.positions(open_keys) or [])
+        reached = dict(self._parts.positions(open_keys) or [])
         tps = []
         for key in open_keys:
-            held = [h for h in self.book.held(key) if not h.parked]
+            held = [h for h in self._book.held(key) if not h.parked]
             lowest = min(h.pending.committed for h in held if not h.pending.done)
             primary_at = current.get(key)
             if primary_at is None:
@@ -226,11 +235,11 @@ class Handover(CommitPaths):
                 # or the offset store flushed just above): a plain successor would skip them.  Hand back
                 # the lowest unfinished offset without done work; the primary's records are read again.
                 log.warning("%s: Kafka's committed offset is unknown; handing back offset %d", key, lowest)
-                tps.append(self.with_mirror(key, lowest, None))
+                tps.append(self._parts.with_mirror(key, lowest, None))
                 continue
             if primary_at <= lowest:
                 if not flushed:  # librdkafka may hold a higher offset that its auto-commit would write
-                    tps.append(self.with_mirror(key, lowest, None))
+                    tps.append(self._parts.with_mirror(key, lowest, None))
                 continue
             done_to = min(primary_at, reached.get((key.topic, key.partition), -1))
             if primary_at > done_to:
@@ -247,23 +256,23 @@ class Handover(CommitPaths):
             except StoreError as exc:
                 log.warning("could not record %s's primary progress; its Kafka offset stays: %s", key, exc)
                 continue
-            tps.append(self.with_mirror(key, lowest, None))
+            tps.append(self._parts.with_mirror(key, lowest, None))
         if not tps:
             return
         try:
-            _K.commit(self.app, offsets=tps, asynchronous=False)
+            _K.commit(self._app, offsets=tps, asynchronous=False)
         except KafkaException as exc:
             log.warning("could not hand ranges back to Kafka's offsets: %s", exc)
-        if self.auto_commit:
+        if self._parts.auto_commit:
             try:
-                _K.store_offsets(self.app, offsets=tps)
+                _K.store_offsets(self._app, offsets=tps)
             except KafkaException as exc:
                 log.warning("could not store the handed-back offsets for librdkafka's auto-commit: %s", exc)
 
     def _commit_stored(self) -> bool:
         """Commit what librdkafka's offset store holds (there is no call that reads it); False on failure."""
         try:
-            _K.commit(self.app, asynchronous=False)
+            _K.commit(self._app, asynchronous=False)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError._NO_OFFSET:
                 return True
@@ -275,13 +284,21 @@ class Handover(CommitPaths):
         """Done tokens over what the primary processed in ``span``, outside every range the store knows."""
         if len(span) == 0:
             return
-        known = [t.span for t in store.partition_ranges(self.group, key.topic, key.partition, ending_after=span.start)]
+        known = [
+            t.span for t in store.partition_ranges(self._parts.group, key.topic, key.partition, ending_after=span.start)
+        ]
         for gap in subtract(span, known):
             token = store.create_range(
-                self.group, key.topic, key.partition, gap.start, gap.end, self.owner, self.book.lineage(key)
+                self._parts.group,
+                key.topic,
+                key.partition,
+                gap.start,
+                gap.end,
+                self._parts.owner,
+                self._book.lineage(key),
             )
             # a token that already starts there (a concurrent writer) is not ours to finish
-            if token.is_open and token.owner == self.owner and token.span == gap:
+            if token.is_open and token.owner == self._parts.owner and token.span == gap:
                 store.commit_one(
-                    ProgressUpdate(token.id, self.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end))
+                    ProgressUpdate(token.id, self._parts.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end))
                 )

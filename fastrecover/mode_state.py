@@ -1,11 +1,12 @@
-"""The state a consumer in KIP-333 mode keeps, and what every path of it shares.
+"""The parts of a mode-on consumer, and the read-only steps every path shares.
 
-:class:`ModeState` owns the units (primary offsets, recoverer, child, book,
-committer) and the small shared steps: the commit-metadata mirror of a
-partition and what follows a store commit.  The paths build on it in layers,
-one module each: :mod:`fastrecover.commits` (the two commit logs),
-:mod:`fastrecover.handover` (assignment, revocation, handing ranges back) and
-:mod:`fastrecover.parallel` (the merged record streams and the tick).
+:class:`ModeParts` builds the units one consumer in KIP-333 mode is made of (primary offsets,
+recoverer, child, book, committer, the store link, the partition registry) and the settings they
+read; it is built once and never changed.  The units that carry the mode's paths each keep their
+own state and get these parts: :mod:`fastrecover.commits` (the commit router),
+:mod:`fastrecover.handover` (assignment, revocation, hand-back), :mod:`fastrecover.streams`
+(the merge of the two record streams), :mod:`fastrecover.tick` (the periodic tick) and
+:mod:`fastrecover.steady` (the steady gate); :mod:`fastrecover.parallel` composes them.
 """
 
 from __future__ import annotations
@@ -13,22 +14,22 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer as _KafkaConsumer
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
-from fastrecover._accel import StateBase
-from fastrecover.batches import GapEvent, Run, SkipEvent
+from fastrecover.batches import GapEvent, SkipEvent
 from fastrecover.book import RangeBook
 from fastrecover.child import ChildReader
-from fastrecover.committer import RangeCommitter, StoreLink
+from fastrecover.committer import RangeCommitter
 from fastrecover.config import Settings, child_config, is_cooperative, parse_bool
+from fastrecover.partitions import Partitions
 from fastrecover.primary import PrimaryOffsets
 from fastrecover.recoverer import Recoverer
+from fastrecover.store_link import StoreLink
 from fastrecover.tokens import TopicPartitionKey
 
 log = logging.getLogger("fastrecover.consumer")
@@ -62,9 +63,6 @@ FAST_CALLS = 64
 #: the slice while an assignment is expected (after subscribe() or a revoke, until the next assignment):
 #: the backlog of a recovery then starts at most this long after it
 JOIN_SLICE_S = 0.01
-#: an expected assignment that has not come after this long (unsubscribe(), or a member left without
-#: partitions) no longer shortens the slices
-_JOIN_WAIT_S = 60.0
 
 
 def _advise_static_membership(conf: dict[str, Any]) -> None:
@@ -84,8 +82,8 @@ def _advise_static_membership(conf: dict[str, Any]) -> None:
     )
 
 
-class ModeState(StateBase):  # type: ignore[misc,valid-type]
-    """The mode-on state of one consumer (``app`` is the application's object)."""
+class ModeParts:
+    """The units and settings of one mode-on consumer (``app`` is the application's object); never reassigned."""
 
     def __init__(self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings) -> None:
         self.app = app
@@ -128,44 +126,9 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             self.child.cluster_id,
             reset_earliest=str(conf.get("auto.offset.reset", "latest")).lower() in _EARLIEST_RESETS,
         )
-        self.offsets = PrimaryOffsets()
-        self.offsets.untracked = self.auto_store  # the steady state, from the start
-        self.child_runs: list[Run] = []
-        self.assigned: set[TopicPartitionKey] = set()
-        self.routes: set[TopicPartitionKey] = set()
-        self.floors: dict[TopicPartitionKey, int] = {}
-        self.user_meta: dict[TopicPartitionKey, str] = {}
-        self.held_eof: dict[TopicPartitionKey, Message] = {}
-        self.ready_eof: list[Message] = []
-        self.deferred: list[Message] = []
-        self.deferred_stored: list[Message] = []
-        self.user_cbs: tuple[RebalanceCallback | None, ...] = (None, None, None)
-        self.in_rebalance = False
-        self.assigned_in_cb = False
-        self.next_tick = 0.0
-        self.next_range_commit = time.monotonic() + self.commit_interval_s
-        self.turn = False
-        #: no backfill, deferred commit or held EOF: poll()/consume() take the short path
-        self.steady = True
-        #: poll() calls ``Consumer.poll`` may serve on its own before the next tick (steady state only)
-        self.fast_calls = 0
-        #: the timeout object those calls must pass (the one of the call that set fast_calls), and their wait
-        self.fast_timeout: float | None = None
-        self.fast_wait = IDLE_SLICE_S
-        #: until when the waits on the primary use JOIN_SLICE_S (an assignment is expected)
-        self.joining_until = 0.0
-        self.next_child_restart = 0.0
-        self.child_restarts = 0
-        #: messages the primary returned (records and error events), for metrics()
-        self.primary_messages = 0
-
-    def expect_assignment(self) -> None:
-        """subscribe() or a revoke: an assignment (and maybe a recovery) follows, inside some wait."""
-        self.joining_until = time.monotonic() + _JOIN_WAIT_S
-
-    def wait_slice(self, now: float) -> float:
-        """How long the next wait on the primary may last before the state is looked at again."""
-        return JOIN_SLICE_S if now < self.joining_until else IDLE_SLICE_S
+        # the steady state from the start: records untracked, the client's positions read instead
+        self.offsets = PrimaryOffsets(untracked=self.auto_store)
+        self.partitions = Partitions(self.book)
 
     def sync_positions(self) -> bool:
         """Steady state: what the primary returned, from its positions instead of per record.
@@ -174,9 +137,9 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
         a poll()/consume() (the application came back for more), in a commit() or a
         revoke (which settle the last record too).
         """
-        if not self.offsets.untracked or not self.assigned:
+        if not self.offsets.untracked or not len(self.partitions):
             return True
-        answer = self.positions(self.assigned)
+        answer = self.positions(self.partitions.assigned)
         if answer is None:  # the records stay accounted for: the next sync reads them
             return False
         self.offsets.sync(answer)
@@ -191,34 +154,8 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             return None
         return [((tp.topic, tp.partition), tp.offset) for tp in answer if tp.error is None]
 
-    def after_commits(self) -> None:
-        """Ranges settled or finished in the store: refresh mirrors, move idle partitions' Kafka offsets."""
-        if self.committer.settled_keys:
-            keys, self.committer.settled_keys = self.committer.settled_keys, set()
-            self.offsets.fold()
-            self.offsets.dirty.update(k for k in keys if k in self.offsets.done)
-        if self.committer.finished_keys:
-            keys, self.committer.finished_keys = self.committer.finished_keys, set()
-            self.routes = self.book.routes()
-            self.advance_idle(keys)
-
-    def advance_idle(self, keys: Iterable[TopicPartitionKey]) -> None:
-        """committed() is never stale: a finished partition whose primary committed nothing moves to its floor."""
-        tps = []
-        self.offsets.fold()
-        for key in keys:
-            floor = self.floors.get(key)
-            if floor is None or key not in self.assigned or self.book.held(key) or key in self.offsets.done:
-                continue
-            del self.floors[key]
-            tps.append(TopicPartition(key.topic, key.partition, floor))
-        if tps:
-            try:
-                _K.commit(self.app, offsets=tps, asynchronous=True)
-            except KafkaException as exc:
-                log.debug("moving finished partitions' offsets: %s", exc)
-
     def apply_event(self, event: SkipEvent | GapEvent) -> None:
+        """A child event: a gap in a range is done; records retention deleted are skipped, and counted."""
         if isinstance(event, GapEvent):
             self.book.mark_done(event.token_id, range(event.start, event.end))
             return
@@ -235,6 +172,7 @@ class ModeState(StateBase):  # type: ignore[misc,valid-type]
             )
 
     def with_mirror(self, key: TopicPartitionKey, offset: int, user_metadata: str | None) -> TopicPartition:
+        """What a Kafka commit of ``offset`` carries: the application's metadata, else the ranges' mirror."""
         if user_metadata is not None:
             return TopicPartition(key.topic, key.partition, offset, metadata=user_metadata)
         # every held range counts, parked ones too: a commit without them would erase the only

@@ -61,7 +61,7 @@ class PrimaryOffsets:
     a commit, a revoke).  ``consume()`` batches go through :func:`last_offsets` instead.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, untracked: bool = False) -> None:
         self.last: Message | None = None
         self.unsettled: list[Message] = []
         self.settled: dict[Any, Message] = {}
@@ -70,10 +70,36 @@ class PrimaryOffsets:
         #: the topic of every assigned partition, when they share one (set on assignment)
         self.single_topic: str | None = None
         #: records were returned without being kept (the steady state): read the client's positions
-        self.untracked = False
+        self.untracked = untracked
         #: a partition's position just before a seek (librdkafka reports none until a record from
         #: the new position is returned): the records returned before the seek still count
         self.before_seek: dict[Key, int] = {}
+
+    def returned(self, msg: Message) -> None:
+        """poll() returned ``msg`` (a record): it is done once the application comes back for more."""
+        self.last = msg
+
+    def returned_batch(self, msgs: list[Message]) -> None:
+        """consume() returned ``msgs`` (error events included: :meth:`settle` skips them)."""
+        self.unsettled.extend(msgs)
+
+    @property
+    def holds_returned(self) -> bool:
+        """Records returned and not settled yet."""
+        return self.last is not None or bool(self.unsettled)
+
+    def track(self) -> None:
+        """The steady state ended: from here on each returned record is kept."""
+        self.untracked = False
+
+    def untrack(self) -> None:
+        """The steady state: records are not kept, positions say the same (read at :meth:`sync`)."""
+        self.untracked = True
+
+    def mark_dirty(self, keys: Iterable[Key]) -> None:
+        """The mirror of ``keys`` changed: their next offsets are stored again (with the new mirror)."""
+        self.fold()
+        self.dirty.update(k for k in keys if k in self.done)
 
     def settle(self) -> None:
         """The previous call's records are done: the application came back for more."""

@@ -50,7 +50,7 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
         # nothing reads them without the auto offset store, so nothing beyond one call is kept
         assert consumer._fr is not None
         assert len(consumer._fr.offsets.unsettled) <= 500
-        assert len(consumer._fr.child_runs) <= 500
+        assert len(consumer._fr.streams.child_runs) <= 500
         for msg in got:
             consumer.store_offsets(message=msg)
         consumer.commit(asynchronous=False)
@@ -98,19 +98,25 @@ def test_stored_offsets_under_auto_commit_are_never_moved_back_when_a_range_fini
         got = _read_backfill_and_live(consumer, bootstrap, topic)
         fr = consumer._fr
         assert fr is not None
-        assert fr.floors.get(key) == 2000, "the recovery must have set the floor this test is about"
+        assert fr.partitions.floor(key) == 2000, "the recovery must have set the floor this test is about"
         for msg in got:
             if offset_of(msg) >= 2000:
                 consumer.store_offsets(message=msg)
         # a partition with ranges routes per-message stores in bulk at the next tick (before it looks
         # at finished ranges): storing the primary's own offset must drop the floor there
-        consume_until(consumer, [], lambda: key not in fr.floors, 10, "the stored offsets to drop the floor")
+        consume_until(
+            consumer, [], lambda: fr.partitions.floor(key) is None, 10, "the stored offsets to drop the floor"
+        )
         consume_until(consumer, [], lambda: kafka_offset() == 2050, 30, "auto-commit of the stored 2050")
         for msg in got:
             if offset_of(msg) < 2000:
                 consumer.store_offsets(message=msg)
         consume_until(
-            consumer, [], lambda: not store.open_ranges(unique_group) and not fr.routes, 30, "the range to finish"
+            consumer,
+            [],
+            lambda: not store.open_ranges(unique_group) and not fr.partitions.routes,
+            30,
+            "the range to finish",
         )
         # a floor commit would have been sent (asynchronously) on the tick that saw the range finish;
         # a synchronous commit on the same coordinator, of the other partition, completes after it

@@ -251,7 +251,8 @@ def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
         # "fast": the call passes the run's own timeout object; "fast-computed": another float (a timeout
         # the application computes per call), which the inlined path serves too
         run_timeout = timeout if fast == "fast" else -2.0
-        consumer._fr.fast_calls, consumer._fr.fast_timeout, consumer._fr.fast_wait = 5, run_timeout, IDLE_SLICE_S
+        gate = consumer._fr.gate
+        gate.fast_calls, gate.fast_timeout, gate.fast_wait = 5, run_timeout, IDLE_SLICE_S
 
     def first_call() -> None:
         try:

@@ -472,7 +472,7 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(
     _commit_all(first, [m for m in got if 30 <= offset_of(m) < 40])
     first.commit(message=next(m for m in got if m.offset() == 200), asynchronous=False)
     assert first._fr is not None
-    first._fr.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash: nothing handed back
+    first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash: nothing handed back
     first.close()
 
     for suffix in ("", "-wal", "-shm"):

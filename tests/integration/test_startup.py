@@ -89,7 +89,7 @@ def _a_crashed_member_owes_a_range(bootstrap: str, topic: str, group: str, store
         first.assign([TopicPartition(topic, 0)])
         assert [(r.start, r.end) for r in first.recoveries[0].new_ranges] == [(OWED_FROM, FIRST_END)]
     finally:
-        first._fr.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
         first.close()
     with open_store(store_url) as store:
         (token,) = store.ranges(group)
@@ -215,7 +215,7 @@ def test_a_member_gone_before_its_store_opened_leaves_its_ranges_in_kafkas_marke
         first.assign([TopicPartition(topic, 0)])
         assert first.recoveries[0].primary_start == LOG_END
     finally:
-        first._fr.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
         first.close()
     assert _marker_ranges(bootstrap, unique_group, topic) == (OWED_FROM, [(OWED_FROM, LOG_END)])
 

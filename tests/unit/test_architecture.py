@@ -40,6 +40,7 @@ PURE = frozenset(
         "recovery",
         "tokens",
         "book",
+        "partitions",
         "config",
         "errors",
         "hooks",
@@ -96,7 +97,7 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover", "fastrecover.consumer"),  # PEP 562: Consumer is imported on first use
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),
-        ("fastrecover.committer", "fastrecover.store"),  # open_store pulls in SQLAlchemy: only with the mode on
+        ("fastrecover.store_link", "fastrecover.store"),  # open_store pulls in SQLAlchemy: only with the mode on
         ("fastrecover.spark", "fastrecover.spark.ranges"),
         ("fastrecover.spark", "fastrecover.spark.source"),
         ("fastrecover.spark", "importlib"),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from itertools import groupby
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from fastrecover.batches import batch_offsets, cut_batch, partition_runs, runs
 from fastrecover.book import RangeBook
-from fastrecover.commits import CommitPaths
+from fastrecover.commits import route_messages
 from fastrecover.completion_map import decode_completed, encode_completed
 from fastrecover.errors import CodecError
 from fastrecover.primary import PrimaryOffsets, last_offsets
@@ -400,7 +399,7 @@ class TestPrimaryOffsets:
         assert po.take_dirty() == {("a", 0): 57}
 
 
-# ---- per-message commit/store routing (CommitPaths.route_messages) ---------------------------------
+# ---- per-message commit/store routing (commits.route_messages) ---------------------------------
 
 
 def tok(token_id: int, key: TopicPartitionKey, start: int, end: int) -> Token:
@@ -444,8 +443,7 @@ def reference_routing(book: RangeBook, specs: list[Any]) -> tuple[dict[int, list
 
 
 def route(book: RangeBook, single: str | None, msgs: list[Message]) -> tuple[dict[int, list[int]], dict[Any, int]]:
-    fake = SimpleNamespace(book=book, offsets=SimpleNamespace(single_topic=single))
-    by_range, primary = CommitPaths.route_messages(fake, msgs)  # type: ignore[arg-type]
+    by_range, primary = route_messages(book, msgs)
     return {k: sorted(v) for k, v in by_range.items()}, primary
 
 

@@ -20,9 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastrecover import _accel
-from fastrecover import consumer as consumer_module
+from fastrecover import steady as steady_module
 from fastrecover.consumer import Consumer
-from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S, ModeState
+from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S
+from fastrecover.steady import SteadyGate
 
 REFERENCE: Callable[..., Any] = getattr(Consumer.poll, "slow", Consumer.poll)
 RUN_TIMEOUT = 1.0  # one object: the loop constant whose identity the fast path checks
@@ -36,7 +37,7 @@ def test_make_test_runs_the_c_path() -> None:
     assert _accel.ENABLED
     assert type(Consumer.poll).__name__ == "FastPoll"
     assert getattr(Consumer.poll, "direct", False)
-    assert issubclass(ModeState, _accel.StateBase)
+    assert issubclass(SteadyGate, _accel.StateBase)
 
 
 class Primary:
@@ -78,12 +79,13 @@ class FakeMode(_accel.StateBase):  # type: ignore[misc,valid-type]
 class App:
     def __init__(self, fr: FakeMode | None) -> None:
         self._fr = fr
+        self._gate = fr  # the fake is the mode and its steady gate at once
 
 
 def run(poll: Callable[..., Any], primary: Primary, fr: FakeMode, timeouts: list[Any]) -> list[Any]:
     app = App(fr)
     seen: list[Any] = []
-    with mock.patch.object(consumer_module, "_K", mock.Mock(poll=primary.poll)):
+    with mock.patch.object(steady_module, "_K", mock.Mock(poll=primary.poll)):
         for timeout in timeouts:
             try:
                 seen.append(("returned", poll(app, timeout)))
@@ -158,7 +160,7 @@ def test_a_run_ends_for_a_tick_a_join_or_a_change_of_state(why: str) -> None:
     timeouts = [RUN_TIMEOUT] * (FAST_CALLS + 1)
     app = App(fr)
     poll = c_poll(primary)
-    with mock.patch.object(consumer_module, "_K", mock.Mock(poll=primary.poll)):
+    with mock.patch.object(steady_module, "_K", mock.Mock(poll=primary.poll)):
         for i, timeout in enumerate(timeouts):
             if why == "run stopped by Python" and i == 2:
                 fr.fast_calls = 0  # what a revoke, a tick or an empty poll does
@@ -175,14 +177,14 @@ def test_it_binds_like_a_method() -> None:
         poll = c_poll(primary)
 
         def __init__(self) -> None:
-            self._fr = FakeMode(9, RUN_TIMEOUT, IDLE_SLICE_S)
+            self._fr = self._gate = FakeMode(9, RUN_TIMEOUT, IDLE_SLICE_S)
 
     class Sub(Base):
         def poll(self, timeout: Any = None) -> Any:
             return ("sub", super().poll(timeout))
 
     obj, sub = Base(), Sub()
-    with mock.patch.object(consumer_module, "_K", mock.Mock(poll=primary.poll)):
+    with mock.patch.object(steady_module, "_K", mock.Mock(poll=primary.poll)):
         assert obj.poll(RUN_TIMEOUT) == "a"
         assert Base.poll(obj, RUN_TIMEOUT) == "b"
         bound = obj.poll
@@ -196,8 +198,8 @@ def test_keywords_and_a_missing_mode_take_the_python_path() -> None:
     primary = Primary(["record", "record"])
     fr = FakeMode(5, None, IDLE_SLICE_S)
     poll = c_poll(primary)
-    with mock.patch.object(consumer_module, "_K", mock.Mock(poll=primary.poll)):
-        with mock.patch.object(consumer_module, "_SLICE", IDLE_SLICE_S * 2):  # marks the Python method's wait
+    with mock.patch.object(steady_module, "_K", mock.Mock(poll=primary.poll)):
+        with mock.patch.object(steady_module, "_SLICE", IDLE_SLICE_S * 2):  # marks the Python method's wait
             assert poll(App(fr), timeout=2.0) == "record"  # keywords: the Python method, its fast path
         assert poll(App(None), RUN_TIMEOUT) == "record"  # mode off: confluent_kafka's poll, via Python
     assert primary.waits == [IDLE_SLICE_S * 2, RUN_TIMEOUT]

@@ -1,0 +1,146 @@
+"""The steady gate: when ``Consumer.poll()`` may serve the primary's records alone, and its counters.
+
+With no backfill, deferred commit or held EOF the mode adds nothing to a record: poll() then
+forwards to confluent_kafka's, for a *run* of up to ``FAST_CALLS`` calls that read no clock.
+:class:`SteadyGate` holds what such a run needs (its length, the timeout object it was started with
+and its wait, the next tick and the end of a join) as the C fields of
+:class:`fastrecover._fastpoll.FastState` when the extension is built; :func:`poll` is the Python
+reference of ``Consumer.poll`` that reads and writes them, and ``fastrecover/_fastpoll.c`` repeats
+it branch for branch.  The consumer keeps the gate at ``_gate`` and the mode at ``_fr``: both are
+read here and in the C path, and written by the consumer alone.  Every other unit changes the gate
+through its methods (a tick, a backfill starting, an assignment expected or made).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import Message
+
+from fastrecover._accel import StateBase
+from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S, JOIN_SLICE_S
+
+if TYPE_CHECKING:
+    from fastrecover.consumer import Consumer
+
+_K = _KafkaConsumer
+_SLICE = IDLE_SLICE_S
+_NUMBER = (int, float)
+#: the tick's period: range commits written behind, the child's events, stored offsets
+TICK_S = 0.05
+#: an expected assignment that has not come after this long (unsubscribe(), or a member left without
+#: partitions) no longer shortens the slices
+_JOIN_WAIT_S = 60.0
+
+
+class SteadyGate(StateBase):  # type: ignore[misc,valid-type]
+    """Whether the steady path may run, the run's counters, and when the next tick is due."""
+
+    def __init__(self) -> None:
+        #: poll() calls ``Consumer.poll`` may serve on its own before the next tick (steady state only)
+        self.fast_calls = 0
+        #: the timeout object those calls must pass (the one of the call that set fast_calls), and their wait
+        self.fast_timeout: float | None = None
+        self.fast_wait = IDLE_SLICE_S
+        #: messages the primary returned (records and error events), for metrics()
+        self.primary_messages = 0
+        self.next_tick = 0.0
+        #: until when the waits on the primary use JOIN_SLICE_S (an assignment is expected)
+        self.joining_until = 0.0
+        #: no backfill, deferred commit or held EOF: poll()/consume() take the short path
+        self.steady = True
+
+    # ---- the tick ------------------------------------------------------------------------------
+
+    def tick_due(self, now: float) -> bool:
+        return now >= self.next_tick
+
+    def ticking(self, now: float) -> None:
+        """A tick starts at ``now``: the next one is due a period later."""
+        self.next_tick = now + TICK_S
+
+    def set_steady(self, steady: bool) -> None:
+        """What a tick found: no backfill, deferred commit or held EOF (``steady``), or some."""
+        self.steady = steady
+        if not steady:
+            self.fast_calls = 0
+
+    def leave(self) -> None:
+        """A backfill starts: the next call takes the full path."""
+        self.steady = False
+        self.fast_calls = 0
+
+    # ---- joins ---------------------------------------------------------------------------------
+
+    def expect_assignment(self) -> None:
+        """subscribe() or a revoke: an assignment (and maybe a recovery) follows, inside some wait."""
+        self.joining_until = time.monotonic() + _JOIN_WAIT_S
+
+    def assignment_made(self) -> None:
+        self.joining_until = 0.0
+
+    def wait_slice(self, now: float) -> float:
+        """How long the next wait on the primary may last before the state is looked at again."""
+        return JOIN_SLICE_S if now < self.joining_until else IDLE_SLICE_S
+
+    # ---- runs ----------------------------------------------------------------------------------
+
+    def start_run(self, timeout: float | None) -> None:
+        """The clock was read: the next calls with this timeout skip it (Consumer.poll), each waiting
+        for the timeout or, if longer, one slice."""
+        self.fast_calls = FAST_CALLS
+        self.fast_timeout = timeout
+        self.fast_wait = timeout if timeout is not None and 0 <= timeout <= IDLE_SLICE_S else IDLE_SLICE_S
+
+    def end_run(self) -> None:
+        """Nothing came: the next call reads the clock (the tick)."""
+        self.fast_calls = 0
+
+    def count(self, messages: int) -> None:
+        self.primary_messages += messages
+
+
+def poll(self: Consumer, timeout: float | None = None) -> Message | None:
+    """One record or event; with the mode on, live records and backfilled ones interleaved.
+
+    Args:
+        timeout: seconds to wait; None waits forever, as plain.
+    Returns:
+        A ``Message`` (a record, or an event whose ``error()`` is set) or None on timeout.
+        Order holds within the live stream and within each range, not across the two.
+    Raises:
+        KafkaException, and what the application's callbacks raise, as plain.
+    """
+    gate = self._gate
+    if gate is not None and gate.fast_calls:
+        # The steady state (no range; records untracked, see ParallelMode.poll), inlined: poll() runs
+        # once per record, and a second frame plus a clock read cost more than half a µs here.  A
+        # call passing the very timeout object of the call that started the run (a loop's constant)
+        # waits what that call worked out: the timeout, or one slice of a longer wait; another float
+        # longer than a slice waits one slice.  The rest of a longer wait is ParallelMode.poll's, in
+        # slices (a recovery in the wait gives the child a backlog librdkafka's wait does not see).
+        if timeout is gate.fast_timeout:
+            wait: float | None = gate.fast_wait
+        elif type(timeout) is float and timeout > _SLICE:
+            wait = _SLICE
+        else:
+            wait = None  # the full path below (a short wait worked out anew, or a wrong type)
+        if wait is not None:
+            gate.fast_calls -= 1
+            msg = _K.poll(self, wait)
+            if msg is None:
+                gate.fast_calls = 0  # nothing came: the next call reads the clock (the tick)
+                if wait is not timeout:
+                    rest = timeout if timeout is None or timeout < 0 else max(0.0, timeout - _SLICE)
+                    return self._fr.poll(rest)  # type: ignore[union-attr]
+            else:
+                gate.primary_messages += 1
+            return msg  # type: ignore[no-any-return]
+    fr = self._fr
+    if fr is None and timeout is None:  # a subclass with the mode off: confluent_kafka's poll() waits forever
+        return _K.poll(self)  # type: ignore[no-any-return]
+    if fr is None or (timeout is not None and type(timeout) not in _NUMBER):
+        return _K.poll(self, timeout) if fr is None else fr.note_primary(_K.poll(self, timeout))  # type: ignore[arg-type]
+    return fr.poll(timeout)

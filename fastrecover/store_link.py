@@ -1,0 +1,152 @@
+"""The store handle of a mode-on consumer: opened on a thread at construction, re-tried after a back-off.
+
+Every path that touches the store (recovery, the committer, hand-back, release) asks the
+:class:`StoreLink` for it, so one place decides when the store counts as down: an open that
+failed (until the back-off passes) or a write that stopped answering (until it ends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from fastrecover import hooks
+from fastrecover.errors import StoreUnavailableError
+
+if TYPE_CHECKING:
+    from fastrecover.store import RangeStore
+
+log = logging.getLogger("fastrecover.committer")
+
+#: what the bound on a store wait counts for a statement when its timeout is off (0)
+_UNBOUNDED_STATEMENT_MS = 30_000
+#: room for a connection, its pre-ping and the commit around the statements of one transaction
+CONNECT_SLACK_S = 5.0
+
+
+class StoreLink:
+    """The store handle, opened lazily and re-tried after a back-off when it is down.
+
+    A consumer starts opening it on a thread at construction (:meth:`open_in_background`):
+    importing SQLAlchemy and checking the schema take longer than a group join, and a recovery
+    whose lags a replay covers need not wait for them (see ``Recoverer.recover``).
+    """
+
+    def __init__(
+        self, url: str, create: bool, backoff_s: float, lock_timeout_ms: int, statement_timeout_ms: int
+    ) -> None:
+        self.url = url
+        self._create = create
+        self._backoff = backoff_s
+        self._lock_timeout_ms = lock_timeout_ms
+        self._statement_timeout_ms = statement_timeout_ms
+        self._store: RangeStore | None = None
+        self._retry_at = 0.0
+        #: a write that did not answer within the bound: until it ends, the store counts as down
+        self._stalled: threading.Event | None = None
+        # The longest a healthy transaction takes: a lock wait, a statement, and room for the connection.
+        # A store that keeps a caller waiting longer has stopped answering (a network that froze
+        # rather than failed: the server-side timeouts never see the statement).
+        statement_s = (statement_timeout_ms or _UNBOUNDED_STATEMENT_MS) / 1000.0
+        self.wait_s = lock_timeout_ms / 1000.0 + statement_s + CONNECT_SLACK_S
+        self._opening: threading.Thread | None = None
+        self._opened = threading.Event()
+        self._open_error: BaseException | None = None
+        self._open_lock = threading.Lock()
+        self._open_slow = False
+
+    def open_in_background(self) -> None:
+        """Start opening the store on a thread; the first :meth:`get` waits for it (bounded)."""
+        if self._store is not None or self._opening is not None:
+            return
+        self._opened.clear()
+        self._opening = threading.Thread(target=self._open_now, name="fastrecover-store-open", daemon=True)
+        self._opening.start()
+
+    @property
+    def open_ended(self) -> bool:
+        """The background open ended and nobody has taken its outcome yet (:meth:`get` does)."""
+        return self._opening is not None and self._opened.is_set()
+
+    @property
+    def opening(self) -> bool:
+        """The background open has not ended yet: a :meth:`get` now would wait for it."""
+        return self._opening is not None and not self._opened.is_set()
+
+    def _open_now(self) -> None:
+        try:
+            hooks.fire("store-open")
+            self._store = self._open()
+        except BaseException as exc:  # handed to the first caller of get(), on its own thread
+            self._open_error = exc
+        finally:
+            self._opened.set()
+
+    def _open(self) -> RangeStore:
+        from fastrecover.store import open_store  # imports SQLAlchemy: only a consumer with the mode on gets here
+
+        return open_store(
+            self.url,
+            create=self._create,
+            lock_timeout_ms=self._lock_timeout_ms,
+            statement_timeout_ms=self._statement_timeout_ms,
+        )
+
+    def _join_open(self) -> bool:
+        """Wait (bounded) for the background open; False if it still runs.  Raises what it raised,
+        once, unless it is the store being unavailable (retried after the back-off, like any open)."""
+        if not self._opened.wait(0.0 if self._open_slow else self.wait_s):
+            self._open_slow = True  # it hangs (a frozen network): later calls do not wait on it again
+            return False
+        with self._open_lock:
+            if self._opening is None:
+                return True
+            self._opening = None
+            error, self._open_error = self._open_error, None
+        if isinstance(error, StoreUnavailableError):
+            self._retry_at = time.monotonic() + self._backoff
+            log.warning("range store unavailable (%s); fast recovery is off until it answers", error)
+        elif error is not None:
+            raise error  # a store behind in schema, a bad URL: the operator's to fix
+        return True
+
+    def get(self, force: bool = False) -> RangeStore | None:
+        if self._opening is not None and not self._join_open():
+            return None  # still opening after the bound: as if it were down
+        if self._stalled is not None:
+            if not self._stalled.is_set():
+                return None  # a write still hangs on it: nothing else may wait on the store too
+            self._stalled = None
+        if self._store is not None:
+            return self._store
+        if not force and time.monotonic() < self._retry_at:
+            return None
+        try:
+            self._store = self._open()
+        except StoreUnavailableError as exc:  # a store behind in schema is the operator's to fix: it raises
+            self._retry_at = time.monotonic() + self._backoff
+            log.warning("range store unavailable (%s); fast recovery is off until it answers", exc)
+        return self._store
+
+    def failed(self) -> None:
+        """The store stopped answering: wait a back-off before the next attempt."""
+        self._retry_at = time.monotonic() + self._backoff
+
+    def stalled(self, done: threading.Event) -> None:
+        """A write has hung longer than :attr:`wait_s`: the store is down until it ends (``done``)."""
+        self._stalled = done
+
+    @property
+    def is_stalled(self) -> bool:
+        return self._stalled is not None and not self._stalled.is_set()
+
+    def close(self) -> None:
+        if self._opening is not None:
+            with contextlib.suppress(BaseException):  # closing: what the open raised no longer matters
+                self._join_open()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
