@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fastrecover.codec import MARKED_MIRROR_LIMIT, decode_mirror, encode_mirror, mark, sign_mirror
-from fastrecover.errors import CodecError
+from fastrecover.codec import MARKED_MIRROR_LIMIT, encode_mirror_full, mark, sign_mirror
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
 
@@ -60,18 +59,6 @@ class Held:
     @property
     def dirty(self) -> bool:
         return self.pending != self.token.progress or self.skipped != self.token.skipped
-
-
-def _mirror_is_exact(text: str, ranges: list[RangeProgress]) -> bool:
-    """Whether the mirror says everything the book holds (no maps dropped, no ranges merged)."""
-    try:
-        return decode_mirror(text) == sorted((r for r in ranges if not r.done), key=_start)
-    except CodecError:
-        return False
-
-
-def _start(r: RangeProgress) -> int:
-    return r.start
 
 
 def mirror_context(group: str, key: TopicPartitionKey) -> str:
@@ -252,9 +239,9 @@ class RangeBook:
         text = self._mirror.get(key)
         if text is None:
             ranges = self.open_durable(key)
-            text = encode_mirror(ranges, limit=MARKED_MIRROR_LIMIT)
+            text, whole = encode_mirror_full(ranges, limit=MARKED_MIRROR_LIMIT)
             self._mirror[key] = text
-            if text and not _mirror_is_exact(text, ranges):
+            if not whole:
                 self.mirror_degradations += 1
         return text
 

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import fastrecover.book as book_module
 from fastrecover.book import RangeBook
-from fastrecover.codec import decode_mirror, encode_mirror
+from fastrecover.codec import decode_mirror, encode_mirror_full
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
 
@@ -256,13 +256,13 @@ class TestSettle:
 class TestMirrorAndWorks:
     def test_mirror_is_built_from_durable_progress_and_cached(self, monkeypatch: pytest.MonkeyPatch) -> None:
         calls: list[int] = []
-        real = encode_mirror
+        real = encode_mirror_full
 
-        def counting(ranges: list[RangeProgress], **kwargs: Any) -> str:
+        def counting(ranges: list[RangeProgress], **kwargs: Any) -> tuple[str, bool]:
             calls.append(len(ranges))
             return real(ranges, **kwargs)
 
-        monkeypatch.setattr(book_module, "encode_mirror", counting)
+        monkeypatch.setattr(book_module, "encode_mirror_full", counting)
         book = RangeBook()
         held = book.add(tok(1, 70, 120))
         first = book.mirror(P0)
