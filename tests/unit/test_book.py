@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import fastrecover.book as book_module
 from fastrecover.book import RangeBook
-from fastrecover.codec import decode_mirror, encode_mirror_full
+from fastrecover.codec import decode_mirror, encode_mirror, encode_mirror_full
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
 
