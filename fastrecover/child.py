@@ -1,11 +1,10 @@
 """The child consumer: a second ``confluent_kafka.Consumer`` handle that backfills ranges.
 
-It never joins the group (``assign()`` only) and never commits to Kafka: the
-store is its commit log.  There is no thread of ours behind it.  librdkafka
-already fetches in its own threads; ``poll()``/``consume()`` drain this handle
-without blocking, from the caller's thread, next to the primary.  Records thus
-reach the application straight from librdkafka's queue, a batch at a time,
-with no per-record hand-off between Python threads and no GIL contention.
+It never joins the group (``assign()`` only) and never commits to Kafka: the store is its commit
+log.  There is no thread of ours behind it: librdkafka fetches in its own threads, and
+``poll()``/``consume()`` drain this handle without blocking, from the caller's thread, next to the
+primary.  Records reach the application straight from librdkafka's queue, a batch at a time, with
+no per-record hand-off between Python threads and no GIL contention.
 
 Back-pressure is librdkafka's own: nobody reads the handle while the
 application is busy, so its prefetch queue fills up to
@@ -42,10 +41,7 @@ log = logging.getLogger("fastrecover.child")
 
 
 class ChildReader:
-    """The standby/backfilling child: its handle, per-partition range queues and a small buffer.
-
-    Used from the caller's thread only (the thread that owns the primary).
-    """
+    """The standby/backfilling child: its handle, per-partition range queues, a small buffer (caller's thread only)."""
 
     def __init__(
         self,
@@ -54,8 +50,11 @@ class ChildReader:
         batch_size: int,
         broker_timeout_s: float,
         consumer_factory: Callable[[dict[str, Any]], Any] = _KafkaConsumer,
+        first_handle: Any = None,
     ) -> None:
         self._h = ChildHandle(conf, broker_timeout_s=broker_timeout_s, factory=consumer_factory)
+        if first_handle is not None:  # made from ``conf`` at construction (Consumer.__init__): it connects early
+            self._h.adopt(first_handle)
         self._batch = batch_size
         self._work: dict[TopicPartitionKey, deque[RangeWork]] = {}
         self._paused: set[TopicPartitionKey] = set()

@@ -47,6 +47,13 @@ class ChildHandle:
         self._consumer = self._factory(self._conf)
         self.created += 1
 
+    def adopt(self, consumer: Any) -> None:
+        """Take ``consumer``, made from this handle's configuration, as the current handle."""
+        if self._consumer is not None:
+            self.close()
+        self._consumer = consumer
+        self.created += 1
+
     def close(self) -> None:
         """Close explicitly: a handle left to the garbage collector may block in librdkafka's destroy."""
         consumer, self._consumer = self._consumer, None

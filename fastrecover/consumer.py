@@ -73,18 +73,22 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             super().__init__(*args, **kwargs)  # confluent_kafka's own error for a bad config
             return
         conf, settings = split_config(args[0] if args else {}, **kwargs)
-        if settings.enabled:  # every setting the child is made of, fastrecover's own included (a few ms)
-            _check_child_config(child_config(conf, settings))
         if not settings.enabled:
             super().__init__(conf)
             return
+        # the child's handle, made first: a configuration librdkafka refuses fails here, before the primary
+        child = _child_handle(child_config(conf, settings))
         primary_conf = dict(conf)
         if parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True)):
             # We store the primary's offsets ourselves, one call late and with the range mirror:
             # a record counts as done once the application comes back for more.
             primary_conf["enable.auto.offset.store"] = False
-        super().__init__(primary_conf)
-        self._fr = ParallelMode(self, conf, settings)
+        try:
+            super().__init__(primary_conf)
+            self._fr = ParallelMode(self, conf, settings, child)
+        except BaseException:
+            child.close()
+            raise
         self._gate = self._fr.gate
 
     # ---- KIP-333 additions -----------------------------------------------------------------
@@ -360,17 +364,19 @@ def _tp_list(partitions: object) -> bool:
     return isinstance(partitions, list) and all(type(tp) is TopicPartition for tp in partitions)
 
 
-def _check_child_config(conf: dict[str, Any]) -> None:
-    """A child configuration librdkafka refuses fails here, at construction, not at the first recovery.
+def _child_handle(conf: dict[str, Any]) -> _KafkaConsumer:
+    """The child's librdkafka handle, made at construction.
 
-    The child is made of the application's settings, fastrecover's own (``fastrecover.backfill.*``)
-    and the ``fastrecover.child.*`` overrides; the error names the setting librdkafka names.
+    A child configuration librdkafka refuses fails here, not at the first recovery: the child is
+    made of the application's settings, fastrecover's own (``fastrecover.backfill.*``) and the
+    ``fastrecover.child.*`` overrides, and the error names the setting librdkafka names.  Made now,
+    the handle connects while the primary joins the group, so the first recovery's question for
+    the cluster's id (a metadata request on this handle) costs a round trip, not a new client.
     """
     try:
-        probe = _KafkaConsumer(conf)
+        return _KafkaConsumer(conf)
     except Exception as exc:
         raise ConfigError(
             f"the child consumer's configuration (the application's settings, fastrecover.backfill.* and "
             f"fastrecover.child.* overrides) is refused: {exc}"
         ) from exc
-    probe.close()

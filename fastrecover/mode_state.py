@@ -85,7 +85,9 @@ def _advise_static_membership(conf: dict[str, Any]) -> None:
 class ModeParts:
     """The units and settings of one mode-on consumer (``app`` is the application's object); never reassigned."""
 
-    def __init__(self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings) -> None:
+    def __init__(
+        self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None = None
+    ) -> None:
         self.app = app
         self.settings = settings
         self.group = str(conf["group.id"])
@@ -106,7 +108,10 @@ class ModeParts:
         self.link.open_in_background()
         _advise_static_membership(conf)
         self.child = ChildReader(
-            child_config(conf, settings), batch_size=settings.batch_size, broker_timeout_s=settings.recovery_timeout_s
+            child_config(conf, settings),
+            batch_size=settings.batch_size,
+            broker_timeout_s=settings.recovery_timeout_s,
+            first_handle=child,
         )
         self.committer = RangeCommitter(
             self.book,

@@ -47,8 +47,10 @@ def _wait(deadline: float | None, now: float, piece: float) -> float:
 class ParallelMode:
     """The mode-on consumer's facade: poll()/consume() over the units, and the calls that reach one unit."""
 
-    def __init__(self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings) -> None:
-        self.parts = parts = ModeParts(app, conf, settings)
+    def __init__(
+        self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None = None
+    ) -> None:
+        self.parts = parts = ModeParts(app, conf, settings, child)
         self.app = app
         self.gate = SteadyGate()
         self.streams = Streams(parts, self.gate)
