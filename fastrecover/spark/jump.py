@@ -178,7 +178,7 @@ def check_journal(jumps: Mapping[int, list[Piece]], chunks: Mapping[int, list[Pi
       reads from): an offset outside them is read by Spark's own source too, or by nobody when the chunk
       claims offsets that are not owed.
 
-    A crash while :meth:`tidy <fastrecover.spark.controller._Journal.tidy>` deletes a drained journal
+    A crash while :meth:`tidy <fastrecover.spark.journal.Journal.tidy>` deletes a drained journal
     leaves chunks without their jump; call this after the tidy, which finishes that deletion.
     CheckpointError names the files at fault.
     """

@@ -1,8 +1,8 @@
 """The range store's write statements, run on a connection the caller's transaction holds.
 
-:class:`~fastrecover.store.sql.RangeStore` owns transactions, thread safety and
-the public API; this module owns what happens to the rows inside one write
-transaction.  Every write that depends on what a row holds is *fenced*: it
+:class:`~fastrecover.store.transactions.StoreTransactions` owns transactions and
+thread safety, :class:`~fastrecover.store.sql.RangeStore` the public API; this
+module owns what happens to the rows inside one write transaction.  Every write that depends on what a row holds is *fenced*: it
 applies only while the caller's ``(owner, epoch)`` is still the row's, under
 the rows' locks, so a stale holder that lost a range can never overwrite its
 successor's progress.  The fault points (:mod:`fastrecover.hooks`) fire here,
