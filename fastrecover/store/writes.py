@@ -2,10 +2,10 @@
 
 :class:`~fastrecover.store.transactions.StoreTransactions` owns transactions and
 thread safety, :class:`~fastrecover.store.sql.RangeStore` the public API; this
-module owns what happens to the rows inside one write transaction.  Every write that depends on what a row holds is *fenced*: it
-applies only while the caller's ``(owner, epoch)`` is still the row's, under
-the rows' locks, so a stale holder that lost a range can never overwrite its
-successor's progress.  The fault points (:mod:`fastrecover.hooks`) fire here,
+module owns what happens to the rows inside one write transaction.  Every write
+that depends on what a row holds is *fenced*: it applies only while the caller's
+``(owner, epoch)`` is still the row's, under the rows' locks, so a stale holder
+that lost a range can never overwrite its successor's progress.  The fault points (:mod:`fastrecover.hooks`) fire here,
 at the moment the locks are held and nothing is written yet.
 """
 
