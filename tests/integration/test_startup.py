@@ -140,6 +140,11 @@ def _lag_behind_a_plain_commit(bootstrap: str, topic: str, group: str, store_url
         plain.close()
 
 
+def _jumping_config(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[str, Any]:
+    """A consumer whose first recovery, while its store opens, jumps on the marker (the lag is above its limit)."""
+    return parallel_config(bootstrap, group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100, **extra})
+
+
 def _marker_ranges(bootstrap: str, group: str, topic: str) -> tuple[int, list[tuple[int, int]]]:
     """Kafka's committed offset of partition 0 and the ranges its marker's mirror holds."""
     (kafka,) = group_offsets(bootstrap, group, topic)
@@ -174,7 +179,7 @@ def test_a_lag_beyond_the_replay_limit_jumps_on_kafkas_marker_while_the_store_op
     """The range is durable in the marker committed with C before the primary skips; the store takes it after."""
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
-    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    config = _jumping_config(bootstrap, unique_group, store_url)
     hold_store_opens(store_gate)
     consumer = Consumer(config)
     got: list[Message] = []
@@ -208,7 +213,7 @@ def test_a_member_gone_before_its_store_opened_leaves_its_ranges_in_kafkas_marke
 ) -> None:
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
-    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    config = _jumping_config(bootstrap, unique_group, store_url)
     hold_store_opens(store_gate)
     first = Consumer(config)
     try:
@@ -235,7 +240,7 @@ def test_a_marker_kafka_refuses_leaves_the_partition_to_a_replay(
 ) -> None:
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
-    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    config = _jumping_config(bootstrap, unique_group, store_url)
 
     def refuse() -> None:
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: the marker commit timed out"))
@@ -314,12 +319,7 @@ def test_a_store_write_that_fails_after_the_jump_keeps_the_ranges_in_kafkas_mark
     """The primary is past the lag: until the store has the ranges, every commit must carry them."""
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
-    config = parallel_config(
-        bootstrap,
-        unique_group,
-        store_url,
-        **{"fastrecover.recovery.replay.max.offsets": 100, "fastrecover.store.retry.backoff.ms": 200},
-    )
+    config = _jumping_config(bootstrap, unique_group, store_url, **{"fastrecover.store.retry.backoff.ms": 200})
     failing = threading.Event()
     failing.set()
     attempts: list[float] = []
