@@ -109,8 +109,7 @@ class RecoveryWriter:
                 start = plan.fallback_start if degraded else None
                 held = []
                 # the ranges only the mirror knew stay parked in it: the next commit must carry them on
-                for progress in plan.restored + tuple(t.progress for t in plan.backfill):
-                    self._book.park(key, self._group, progress)
+                self._park_known(key, plan)
                 log.warning(
                     "could not persist range tokens for %s (%s): it starts at committed offset %s "
                     "instead of the log end (no fast recovery, nothing lost)",
@@ -217,8 +216,7 @@ class RecoveryWriter:
 
     def _park(self, key: TopicPartitionKey, plan: PartitionPlan) -> tuple[int | None, list[Held], bool]:
         """The store is down: keep the known ranges parked (the mirror keeps them) and replay the lag."""
-        for progress in plan.restored + tuple(t.progress for t in plan.backfill):
-            self._book.park(key, self._group, progress)
+        self._park_known(key, plan)
         degraded = plan.primary_start is not None
         if degraded:
             log.warning(
