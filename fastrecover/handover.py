@@ -56,6 +56,9 @@ class Handover:
         #: an application's rebalance callback runs: its assign()/unassign() only records that it called them
         self.in_rebalance = False
         self.assigned_in_cb = False
+        #: partitions the application's callback unassigned: let go once the callback returns, so that
+        #: its own commits of them, made after the unassign, are still routed
+        self._leaving: list[TopicPartitionKey] = []
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         self.user_cbs = (on_assign, on_revoke, on_lost)
@@ -63,9 +66,12 @@ class Handover:
         _K.subscribe(self._app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
 
     def assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
-        if not self.in_rebalance and not incremental:
+        if not incremental:
             keep = {key_of(tp) for tp in partitions}
-            self.let_go([k for k in self._partitions.assigned if k not in keep], lost=False)
+            self._leave([k for k in self._partitions.assigned if k not in keep])
+        if self._leaving:  # unassigned, then assigned again in the same callback: the recovery below takes it over
+            coming = {key_of(tp) for tp in partitions}
+            self._leaving = [k for k in self._leaving if k not in coming]
         again = [k for k in dict.fromkeys(key_of(tp) for tp in partitions) if self._book.held(k)]
         if again:  # recovery claims their ranges anew: what the current claim has not written would be re-read
             self._parts.committer.flush_sync(again, raise_errors=False)
@@ -73,7 +79,7 @@ class Handover:
         if self.in_rebalance:
             self.assigned_in_cb = True
         (_K.incremental_assign if incremental else _K.assign)(self._app, recovered.partitions)
-        self._partitions.assign((key_of(tp) for tp in recovered.partitions), incremental)
+        self._partitions.assign(key_of(tp) for tp in recovered.partitions)
         topics = {k.topic for k in self._partitions.assigned}
         self._parts.offsets.set_single_topic(next(iter(topics)) if len(topics) == 1 else None)
         self.started(recovered)
@@ -96,16 +102,20 @@ class Handover:
                 log.warning("could not mirror ranges into commit metadata: %s", exc)
 
     def unassign(self, keys: list[TopicPartitionKey] | None) -> None:
-        gone = list(self._partitions.assigned) if keys is None else keys
-        if not self.in_rebalance:
-            self.let_go(gone, lost=False)
-        else:
+        self._leave(list(self._partitions.assigned) if keys is None else keys)
+        if self.in_rebalance:
             self.assigned_in_cb = True
         if keys is None:
             _K.unassign(self._app)
         else:
             _K.incremental_unassign(self._app, [TopicPartition(k.topic, k.partition) for k in keys])
-        self._partitions.remove(gone)
+
+    def _leave(self, keys: list[TopicPartitionKey]) -> None:
+        """The application gives partitions up: now, or when its rebalance callback returns."""
+        if self.in_rebalance:
+            self._leaving.extend(keys)
+        else:
+            self.let_go(keys, lost=False)
 
     def on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.in_rebalance, self.assigned_in_cb = True, False
@@ -117,6 +127,8 @@ class Handover:
             # itself (and poll() raises the error), which would start them at the committed offset,
             # with no recovery.  The assignment is made here, with recovery, and the error goes on.
             self.in_rebalance = False
+            leaving, self._leaving = self._leaving, []
+            self.let_go(leaving, lost=False)
             if not self.assigned_in_cb:
                 self.assign(partitions, incremental=self._parts.cooperative)
             self._gate.assignment_made()
@@ -136,11 +148,16 @@ class Handover:
                 user_cb(self._app, partitions)
         finally:
             self.in_rebalance = False
+            leaving, self._leaving = self._leaving, []
+            self.let_go([k for k in leaving if k not in keys], lost=False)
             self.let_go(keys, lost=lost)
-            self._partitions.remove(keys)
 
     def let_go(self, keys: list[TopicPartitionKey], lost: bool) -> None:
-        """Partitions leave this member: commit what we may, hand unfinished ranges back, release."""
+        """Partitions leave this member: commit what we may, hand unfinished ranges back, release.
+
+        The one path by which a partition leaves: what it owes Kafka and the store is settled, then
+        :meth:`Partitions.remove` forgets it in every unit at once.
+        """
         if not keys:
             return
         self._router.flush_deferred()
@@ -160,11 +177,7 @@ class Handover:
                 self._book.promote_stored(keys)
             parts.committer.flush_sync(keys, raise_errors=False)
             self.hand_back(keys)
-        parts.child.drop(keys)
-        released = self._book.remove_partitions(keys)
-        parts.offsets.drop(keys)
-        parts.recoverer.forget(keys)
-        self._partitions.remove(keys)
+        released = self._partitions.remove(keys)
         store = self._store_for_release()
         if lost or store is None:
             return

@@ -133,7 +133,7 @@ class ModeParts:
         )
         # the steady state from the start: records untracked, the client's positions read instead
         self.offsets = PrimaryOffsets(untracked=self.auto_store)
-        self.partitions = Partitions(self.book)
+        self.partitions = Partitions(self.book, holders=(self.child.drop, self.offsets.drop, self.recoverer.forget))
 
     def sync_positions(self) -> bool:
         """Steady state: what the primary returned, from its positions instead of per record.

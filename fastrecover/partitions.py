@@ -3,23 +3,27 @@
 Every partition this member holds has one :class:`PartitionState`; removing it is one call
 (:meth:`Partitions.remove`), so a partition that leaves the member leaves nothing behind, however
 many paths wrote to it.  The ranges themselves stay in :class:`~fastrecover.book.RangeBook`
-(they outlive an assignment in the store), and the primary's offsets in
-:class:`~fastrecover.primary.PrimaryOffsets`; the registry answers the one question every
+(they outlive an assignment in the store), the primary's offsets in
+:class:`~fastrecover.primary.PrimaryOffsets`, the child's work in its reader and a recovery's
+unfinished store part in the recoverer: each of those units keeps its own maps, and
+:meth:`Partitions.remove` is the one call that empties all of them, in an order fixed at
+construction, so no path can forget one.  The registry answers the one question every
 commit path asks first, :meth:`Partitions.owns`: is this partition ours (a range, a mirror or a
 floor), or can plain confluent_kafka handle it?
 
 Who calls what: the hand-over adds partitions on assignment (:meth:`assign`), sets the floors a
-recovery decided (:meth:`set_floors`) and removes partitions when they leave (:meth:`remove`); the
+recovery decided (:meth:`set_floors`) and removes partitions when they leave (:meth:`remove`, from
+its ``let_go`` only: what a partition owes Kafka and the store is settled first); the
 commit router reads and drops floors and keeps the application's metadata of routed commits; the
 merge holds a partition's EOF while the child still reads it.  Everything runs on the caller's thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from fastrecover.book import RangeBook
+from fastrecover.book import Held, RangeBook
 from fastrecover.tokens import TopicPartitionKey
 
 if TYPE_CHECKING:
@@ -50,8 +54,10 @@ class Partitions:
     whenever the book's partitions or the floors change.
     """
 
-    def __init__(self, book: RangeBook) -> None:
+    def __init__(self, book: RangeBook, holders: Sequence[Callable[[list[TopicPartitionKey]], object]] = ()) -> None:
+        """``holders``: the other units' removals of a partition (the child's first: it stops reading)."""
         self._book = book
+        self._holders = tuple(holders)
         self._states: dict[TopicPartitionKey, PartitionState] = {}
         self._floors = 0  # states with a floor: most of the time none, and then no loop looks for one
         self._held_eofs = 0
@@ -71,25 +77,32 @@ class Partitions:
     def __len__(self) -> int:
         return len(self._states)
 
-    def assign(self, keys: Iterable[TopicPartitionKey], incremental: bool) -> None:
-        """An assignment: ``keys`` are added (``incremental``) or become the whole assignment."""
-        keys = list(keys)
-        if not incremental:
-            new = set(keys)
-            self.remove([k for k in self._states if k not in new])
+    def assign(self, keys: Iterable[TopicPartitionKey]) -> None:
+        """Partitions join this member (those that leave go through :meth:`remove`, never through here)."""
         for key in keys:
             if key not in self._states:
                 self._states[key] = PartitionState()
 
-    def remove(self, keys: Iterable[TopicPartitionKey]) -> None:
-        """Partitions leave this member: everything the registry kept for them goes."""
-        for key in list(keys):
+    def remove(self, keys: Iterable[TopicPartitionKey]) -> list[Held]:
+        """Partitions leave this member: everything any unit kept for them goes; the book's ranges are returned.
+
+        Also for keys the registry does not hold: a recovery may have parked ranges, or handed the child
+        work, for a partition whose assignment then failed.
+        """
+        gone = list(dict.fromkeys(keys))
+        if not gone:
+            return []
+        for drop in self._holders:
+            drop(gone)
+        released = self._book.remove_partitions(gone)
+        for key in gone:
             state = self._states.pop(key, None)
             if state is None:
                 continue
             self._floors -= state.floor is not None
             self._held_eofs -= state.held_eof is not None
         self.refresh()
+        return released
 
     def refresh(self) -> None:
         """The book's partitions or the floors changed: recompute ``routes`` and ``owned``."""

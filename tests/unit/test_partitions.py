@@ -22,7 +22,7 @@ def _token(token_id: int, key: TopicPartitionKey) -> Token:
 def test_a_partition_is_ours_with_a_range_a_parked_mirror_or_a_floor() -> None:
     book = RangeBook()
     parts = Partitions(book)
-    parts.assign([A0, A1, B0], incremental=False)
+    parts.assign([A0, A1, B0])
     book.add(_token(1, A0))
     book.park(A1, "g", RangeProgress.fresh(5, 9))
     parts.set_floors({B0: 7})
@@ -47,7 +47,7 @@ def test_floors_and_eofs_of_partitions_not_assigned_are_not_kept() -> None:
 
 def test_removal_is_one_call_whatever_the_partition_held() -> None:
     parts = Partitions(RangeBook())
-    parts.assign([A0, A1], incremental=True)
+    parts.assign([A0, A1])
     parts.set_floors({A0: 3, A1: 4})
     parts.keep_meta(A0, "app's")
     eof: Any = object()
@@ -57,14 +57,40 @@ def test_removal_is_one_call_whatever_the_partition_held() -> None:
     assert len(parts) == 0 and parts.owned == set()
     assert parts.meta(A0) is None and parts.floor(A1) is None and parts.release_eof(A1) is None
     assert not parts.holds_eof
-    parts.assign([A0], incremental=True)
+    parts.assign([A0])
     assert parts.meta(A0) is None and parts.floor(A0) is None, "an assignment starts from nothing"
+
+
+def test_removal_empties_every_unit_in_the_order_given_and_returns_the_books_ranges() -> None:
+    """The hand-over's let_go calls remove() once; the child (first), the primary's offsets and the
+    recoverer forget the partitions through it, also partitions the registry never held."""
+    book = RangeBook()
+    calls: list[tuple[str, list[Any]]] = []
+    parts = Partitions(
+        book,
+        holders=(
+            lambda keys: calls.append(("child", keys)),
+            lambda keys: calls.append(("offsets", keys)),
+            lambda keys: calls.append(("recoverer", keys)),
+        ),
+    )
+    parts.assign([A0])
+    book.add(_token(1, A0))
+    book.park(A1, "g", RangeProgress.fresh(5, 9))
+    parts.refresh()
+    released = parts.remove([A0, A1, A0])
+    assert [name for name, _ in calls] == ["child", "offsets", "recoverer"]
+    assert all(keys == [A0, A1] for _, keys in calls), "each unit hears of each partition once"
+    assert sorted(h.token.key.partition for h in released) == [0, 1]
+    assert not book.by_key and parts.owned == set() and len(parts) == 0
+    calls.clear()
+    assert parts.remove([]) == [] and calls == [], "nothing leaves: no unit is called"
 
 
 KEYS = st.sampled_from([A0, A1, B0])
 STEPS = st.lists(
     st.one_of(
-        st.tuples(st.just("assign"), st.lists(KEYS, max_size=3), st.booleans()),
+        st.tuples(st.just("assign"), st.lists(KEYS, max_size=3)),
         st.tuples(st.just("remove"), st.lists(KEYS, max_size=3)),
         st.tuples(st.just("floor"), KEYS, st.integers(0, 9)),
         st.tuples(st.just("drop"), st.lists(KEYS, max_size=3)),
@@ -83,7 +109,7 @@ def test_the_counters_agree_with_the_states(steps: list[Any]) -> None:
     for step in steps:
         kind = step[0]
         if kind == "assign":
-            parts.assign(step[1], incremental=step[2])
+            parts.assign(step[1])
         elif kind == "remove":
             parts.remove(step[1])
         elif kind == "floor":
