@@ -119,6 +119,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="share of incarnations whose child thread raises mid-range (default 0.1)",
     )
     p.add_argument(
+        "--freeze-share",
+        type=float,
+        default=0.2,
+        help="share of uptimes that end in a freeze (SIGSTOP, then SIGCONT: the member comes back as a zombie) "
+        "instead of a kill (default 0.2)",
+    )
+    p.add_argument(
+        "--freeze",
+        type=_pair,
+        default=(2.0, 8.0),
+        metavar="MIN,MAX",
+        help="seconds a frozen member stays stopped; beyond --session-ms its partitions move on without it "
+        "(default 2,8)",
+    )
+    p.add_argument(
         "--operator-actions",
         type=_operator_actions,
         default=list(ACTIONS),
@@ -191,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
             operator_actions=args.operator_actions,
             operator_every=args.operator_every,
             replay_share=args.replay_share,
+            freeze_share=args.freeze_share,
+            freeze_s=args.freeze,
         )
         print(
             f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "

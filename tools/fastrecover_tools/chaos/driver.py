@@ -4,7 +4,9 @@ Each *member* of the group is a :mod:`fastrecover_tools.testing.worker` process;
 time a member is (re)started it is a new *incarnation* (``m2#7``) with its own
 ledger file, event log and stderr log in the work directory.  While the
 :class:`~fastrecover_tools.chaos.producer.SequencedProducer` writes at a steady rate,
-every live incarnation is SIGKILLed once its random uptime is over, or, for the
+every live incarnation is SIGKILLed once its random uptime is over (or, for a share of them,
+*frozen*: SIGSTOPped for a while and then let go on, as a process paused by the machine, a long
+garbage collection or a frozen network comes back as a zombie), or, for the
 share of incarnations started with a stall point (``--stall-at``: mid-batch, in
 the token-writing transaction, mid range-commit, between the store and the
 Kafka commit, ...), as soon as it reports that it is blocked there; it comes
@@ -137,6 +139,12 @@ class ChaosConfig:
     #: replay.max.offsets is one of REPLAY_LIMITS (a small lag is replayed, a larger one jumps on the marker's
     #: mirror while the store opens); the others set 0 and always wait for the store, as the tests do
     replay_share: float = 0.0
+    #: share of uptimes that end in a freeze instead of a kill: the incarnation is SIGSTOPped for a time
+    #: drawn from ``freeze_s`` (beyond ``session_ms`` the group moves its partitions on without it), then
+    #: SIGCONTed, and it runs on, a zombie until it notices, to its next kill time; drawn from a generator
+    #: of its own, so a seed's kill schedule does not change with it
+    freeze_share: float = 0.0
+    freeze_s: tuple[float, float] = (2.0, 8.0)
 
     def __post_init__(self) -> None:
         if self.cycles < 0 or self.members < 1 or self.topics < 1 or self.partitions < 1:
@@ -151,8 +159,11 @@ class ChaosConfig:
         bad = [p for p in self.stall_points if p not in STALL_POINTS]
         if bad:
             raise ValueError(f"stall points must be among {STALL_POINTS}, got {bad}")
-        if not (0 <= self.stall_share <= 1 and 0 <= self.fail_child_share <= 1 and 0 <= self.replay_share <= 1):
-            raise ValueError("stall_share, fail_child_share and replay_share are fractions in [0, 1]")
+        shares = (self.stall_share, self.fail_child_share, self.replay_share, self.freeze_share)
+        if not all(0 <= share <= 1 for share in shares):
+            raise ValueError("stall_share, fail_child_share, replay_share and freeze_share are fractions in [0, 1]")
+        if not 0 < self.freeze_s[0] <= self.freeze_s[1]:
+            raise ValueError(f"freeze_s must be (low, high) seconds with 0 < low <= high, got {self.freeze_s}")
         bad = [a for a in self.operator_actions if a not in ACTIONS]
         if bad:
             raise ValueError(f"operator actions must be among {ACTIONS}, got {bad}")
@@ -175,6 +186,9 @@ class ChaosResult:
     incarnations: list[Incarnation]
     stalls: Counter[str] = field(default_factory=Counter)
     stalls_missed: int = 0
+    #: incarnations frozen (SIGSTOP) and let go on (SIGCONT), and how many of those freezes outlasted session_ms
+    freezes: int = 0
+    freezes_past_session: int = 0
     child_failures: int = 0
     #: incarnations that exited on a fatal consumer error (e.g. UNRELEASED_INSTANCE_ID) and were restarted
     fatal_exits: int = 0
@@ -228,6 +242,8 @@ class WorkerProc:
         self.end = "running"
         self._reader = threading.Thread(target=self._read, name=f"events-{name}", daemon=True)
         self._reader.start()
+        #: SIGSTOPped and not yet SIGCONTed
+        self.frozen = False
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -262,14 +278,28 @@ class WorkerProc:
         text = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
         return f"--- {self.name} ({'alive' if self.alive else 'exited'}) log tail ---\n" + "\n".join(text[-lines:])
 
+    def freeze(self) -> None:
+        """SIGSTOP: every thread stops where it is; sockets and the store's connections stay open."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+            self.frozen = True
+
+    def thaw(self) -> None:
+        """SIGCONT: the incarnation runs on from where it stopped, whatever the group did meanwhile."""
+        if self.frozen:
+            self.frozen = False
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGCONT)
+
     def kill(self, how: str = "killed") -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+            self.proc.send_signal(signal.SIGKILL)  # a stopped process dies of it too
         self.proc.wait(30)
         self._finish(how)
 
     def terminate(self, timeout: float = 60.0) -> bool:
         """SIGTERM (final commit and close); SIGKILL after ``timeout``. True if it stopped on its own."""
+        self.thaw()  # a stopped process would hold SIGTERM until SIGCONT
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -328,6 +358,10 @@ class _Member:
     stall: str | None = None
     stall_deadline: float | None = None
     restart_at: float | None = None
+    #: frozen until then (SIGCONT is due); None: not frozen
+    thaw_at: float | None = None
+    #: this incarnation was frozen once already (it is killed at its next kill time)
+    froze: bool = False
 
 
 class ChaosDriver:
@@ -369,6 +403,8 @@ class ChaosDriver:
         self._env.update(secret_env)
         self.notes: list[str] = []
         self.stalls_missed = 0
+        self.freezes = 0
+        self.freezes_past_session = 0
         self._target = 0
         self._began = time.monotonic()
         self.partitions = {t: config.partitions for t in self.topics}
@@ -389,6 +425,7 @@ class ChaosDriver:
         self._next_act = config.operator_every
         # its own generator too, for the same reason
         self._startup_rng = random.Random(f"startup-{config.seed}") if config.seed is not None else random.Random()
+        self._freeze_rng = random.Random(f"freeze-{config.seed}") if config.seed is not None else random.Random()
 
     # ---- members -------------------------------------------------------------------------------
 
@@ -459,6 +496,7 @@ class ChaosDriver:
         member.uptime = self.rng.uniform(*self.config.up_s)
         member.kill_at = None  # set once the consumer is up: uptime counts from its "started"
         member.stall_deadline = time.monotonic() + self.config.up_s[1] + 15 if stall else None
+        member.thaw_at, member.froze = None, False
         log.info("started %s (commit=%s, %s%s)", name, mode, api, f", stall at {stall}" if stall else "")
         return proc
 
@@ -487,6 +525,10 @@ class ChaosDriver:
                 m.proc = None
                 m.restart_at = now
                 continue
+            if m.thaw_at is not None:
+                if now >= m.thaw_at:
+                    self._thaw(m, now)
+                continue
             if m.stall is not None:
                 if proc.has("stalled"):
                     self._kill(m, f"stalled:{m.stall}")
@@ -497,9 +539,33 @@ class ChaosDriver:
                 if proc.has("started"):
                     m.kill_at = now + m.uptime
             elif now >= m.kill_at:
-                self._kill(m, "killed")
+                if not m.froze and self.config.freeze_share and self._freeze_rng.random() < self.config.freeze_share:
+                    self._freeze(m, now)
+                else:
+                    self._kill(m, "killed")
             if self.kills >= self._target:
                 return
+
+    def _freeze(self, member: _Member, now: float) -> None:
+        proc = member.proc
+        assert proc is not None
+        took = self._freeze_rng.uniform(*self.config.freeze_s)
+        proc.freeze()
+        member.froze, member.thaw_at = True, now + took
+        member.kill_at = now  # when the freeze began: _thaw measures it from here
+        log.info("frozen %s for %.1f s (session %d ms)", proc.name, took, self.config.session_ms)
+
+    def _thaw(self, member: _Member, now: float) -> None:
+        proc = member.proc
+        assert proc is not None and member.thaw_at is not None
+        proc.thaw()
+        self.freezes += 1
+        # what the freeze was, measured (the driver's own steps may have made it longer than drawn)
+        took = now - (member.kill_at or now)
+        self.freezes_past_session += took * 1000 > self.config.session_ms
+        member.thaw_at = None
+        member.kill_at = now + self._freeze_rng.uniform(*self.config.up_s)
+        log.info("thawed %s after %.1f s", proc.name, took)
 
     # ---- the run -------------------------------------------------------------------------------
 
@@ -670,6 +736,8 @@ class ChaosDriver:
             for m in self.members:
                 if m.proc is not None and m.stall is not None:
                     self._retire(m)  # a stalled incarnation makes no progress: replace it
+                if m.proc is not None and m.thaw_at is not None:
+                    self._thaw(m, time.monotonic())  # the drain runs without faults: a frozen one goes on
                 if m.proc is None or not m.proc.alive:
                     self.spawn(m, faults=False)
             covered = self.wait_covered(deadline)
@@ -839,6 +907,8 @@ class ChaosDriver:
             passes,
             incs,
             stalls_missed=self.stalls_missed,
+            freezes=self.freezes,
+            freezes_past_session=self.freezes_past_session,
             notes=list(self.notes),
             operator=list(self.operator.done) if self.operator is not None else [],
             operator_effects=list(self.operator.effects) if self.operator is not None else [],
