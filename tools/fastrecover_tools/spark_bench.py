@@ -486,10 +486,16 @@ def spark_session(master: str = "local[2]") -> Any:
     """
     from pyspark.sql import SparkSession
 
+    from fastrecover_tools.testing.spark_cluster import LOOPBACK
+
+    # the driver's JVM binds to and advertises the loopback address, never the machine's network address
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName("fastrecover-bench")
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.driver.bindAddress", LOOPBACK)
         .config("spark.jars.packages", f"org.apache.spark:spark-sql-kafka-0-10_2.13:{kafka_package_version()}")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
