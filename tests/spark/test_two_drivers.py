@@ -1,0 +1,140 @@
+"""Two ``start_kafka_stream`` drivers on one checkpoint at once (a scheduler's retry while the old driver
+is a zombie, a manual restart): whichever survives, or the next restart, delivers every record of the lag.
+
+Real Spark (local), real broker, a real checkpoint on disk.  The second driver starts at the exact point
+where the first has journalled its jump and not yet written the jump batch: the first driver's
+``trace`` events (a no-op profiling aid) are where the test interleaves the second one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from fastrecover.errors import CheckpointError
+from fastrecover.spark import restart, start_kafka_stream
+from fastrecover.spark.checkpoint import parse_journal
+from fastrecover_tools.testing.broker import Record, produce
+from tests.spark.helpers import Sink
+from tests.spark.test_kafka_stream import TRIGGER, _batch_ids, _kinds, _log_end, _options, _run, _wait, _warm_up
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+JOURNALLED = "kafka-stream recover: jump journalled"
+TIDIED = "kafka-stream recover: tidied"
+
+
+class Killed(Exception):
+    """The second driver's process dying at a chosen point of its start."""
+
+
+def _second_driver_at_the_jump(
+    monkeypatch: pytest.MonkeyPatch, second: Callable[[], object], kill_at: str | None = None
+) -> list[object]:
+    """Run ``second()`` (the second driver's start) once the first driver has journalled its jump, before
+    it writes the jump batch; ``kill_at``: the trace event at which the second driver dies.  Returns a
+    list that holds what ``second()`` returned (or raised) once it has run."""
+    outcome: list[object] = []
+    phase = {"second running": False}
+
+    def interleave(event: str) -> None:
+        if phase["second running"]:
+            if event == kill_at:
+                raise Killed(event)
+            return
+        if event == JOURNALLED and not outcome:
+            phase["second running"] = True
+            try:
+                outcome.append(second())
+            except Exception as exc:  # the second driver's own failure is an outcome, not the test's
+                outcome.append(exc)
+            finally:
+                phase["second running"] = False
+
+    monkeypatch.setattr(restart, "trace", interleave)
+    return outcome
+
+
+def _every_offset(bootstrap: str, topic: str, sink: Sink) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    ends = _log_end(bootstrap, topic, 2)
+    return {(r.partition, r.offset) for r in sink.rows()}, {(p, o) for p in (0, 1) for o in range(ends[p])}
+
+
+def test_a_second_driver_that_dies_while_the_first_jumps_leaves_the_jump_s_lag_owed(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Driver B starts after A journalled jump N+1 and dies before writing anything of its own; A writes
+    the jump batch and dies before its first chunk.  The restart owes, and reads, A's whole lag."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="100000")
+    _warm_up(spark, bootstrap, topic, options, sink, checkpoint)
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(400)])
+    jump = max(_batch_ids(checkpoint / "offsets")) + 1
+
+    def driver_b() -> object:
+        return start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+
+    outcome = _second_driver_at_the_jump(monkeypatch, driver_b, kill_at=TIDIED)
+    # Driver A: its trigger does not come back before it dies, so it reads no chunk of its lag.
+    query = start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "1 hour"})
+    query.stop()
+    assert len(outcome) == 1 and isinstance(outcome[0], Killed), outcome
+    assert (checkpoint / "commits" / str(jump)).exists()
+    assert _kinds(sink)["L"] == 0
+    monkeypatch.undo()
+
+    produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
+    _run(
+        spark,
+        options,
+        sink,
+        checkpoint,
+        lambda: _kinds(sink)["L"] >= 400 and _kinds(sink)["G"] >= 2,
+        120,
+        "the lag of the jump the first driver wrote, read after a restart",
+    )
+    delivered, written = _every_offset(bootstrap, topic, sink)
+    assert written - delivered == set()
+
+
+def test_a_second_driver_that_runs_on_finishes_the_first_driver_s_jump_which_then_fails(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Driver B starts after A journalled jump N+1 and runs on: it finishes A's jump (the journal entry is
+    never rewritten) and reads its lag; A then fails on the jump batch B wrote, having read nothing."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="100000")
+    _warm_up(spark, bootstrap, topic, options, sink, checkpoint)
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(400)])
+    jump = max(_batch_ids(checkpoint / "offsets")) + 1
+    entry = checkpoint / "fastrecover" / "jumps" / str(jump)
+    journalled: list[str] = []
+
+    def driver_b() -> object:
+        journalled.append(entry.read_text())  # A's entry, as A wrote it
+        return start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+
+    outcome = _second_driver_at_the_jump(monkeypatch, driver_b)
+    with pytest.raises(CheckpointError, match=rf"{checkpoint}/offsets/{jump} exists already"):
+        start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+    query: Any = outcome[0]
+    try:
+        produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
+        _wait(query, lambda: _kinds(sink)["L"] >= 400 and _kinds(sink)["G"] >= 2, 120, "B reads A's jumped lag")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert entry.read_text() == journalled[0]
+    assert {(p.partition, p.start, p.end) for p in parse_journal(journalled[0], str(entry))} == {
+        (0, 2, 202),
+        (1, 2, 202),
+    }
+    delivered, written = _every_offset(bootstrap, topic, sink)
+    assert written - delivered == set()
