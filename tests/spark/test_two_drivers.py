@@ -8,6 +8,7 @@ where the first has journalled its jump and not yet written the jump batch: the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from pyspark.sql import SparkSession
 from fastrecover.errors import CheckpointError
 from fastrecover.spark import restart, start_kafka_stream
 from fastrecover.spark.checkpoint import parse_journal
+from fastrecover.spark.checkpoint_files import CheckpointFiles
+from fastrecover.spark.journal import Journal
+from fastrecover.spark.offsets import Piece
 from fastrecover_tools.testing.broker import Record, produce
 from tests.spark.helpers import Sink
 from tests.spark.test_kafka_stream import TRIGGER, _batch_ids, _kinds, _log_end, _options, _run, _wait, _warm_up
@@ -138,3 +142,43 @@ def test_a_second_driver_that_runs_on_finishes_the_first_driver_s_jump_which_the
     }
     delivered, written = _every_offset(bootstrap, topic, sink)
     assert written - delivered == set()
+
+
+def test_a_journal_entry_is_written_once_and_another_driver_s_is_never_replaced(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The same decision twice is one entry; a different one stops the later driver, naming the file."""
+    checkpoint = tmp_path / "checkpoint"
+    first, second, third = (Journal(CheckpointFiles(spark, str(checkpoint))) for _ in range(3))
+    theirs = [Piece("t", 0, 10, 200, True), Piece("t", 1, 12, 90, True)]
+    first.add_jump(6, theirs)
+    second.add_jump(6, list(reversed(theirs)))  # the same ranges: nothing to tell apart
+    entry = checkpoint / "fastrecover" / "jumps" / "6"
+    written = entry.read_text()
+    with pytest.raises(CheckpointError, match=rf"{checkpoint}/fastrecover/jumps/6 exists already .*another driver"):
+        third.add_jump(6, [Piece("t", 0, 10, 300, True)])
+    assert entry.read_text() == written and 6 not in third.jumps
+    assert parse_journal(written, str(entry)) == theirs
+    assert sorted(p.name for p in entry.parent.iterdir()) == ["6"]  # no temporary file left behind
+
+
+def test_of_two_drivers_creating_one_file_at_once_exactly_one_succeeds(spark: SparkSession, tmp_path: Path) -> None:
+    """Writing once is one step on local disk (a hard link): Hadoop's local rename would let both win."""
+    checkpoint = tmp_path / "checkpoint"
+    drivers = [CheckpointFiles(spark, str(checkpoint)) for _ in range(2)]
+
+    def create(i: int, rel: str, start: threading.Barrier, won: list[tuple[int, bool]]) -> None:
+        start.wait()
+        won.append((i, drivers[i].create(rel, f"driver {i}")))
+
+    for batch in range(20):
+        start, won = threading.Barrier(2), list[tuple[int, bool]]()
+        threads = [threading.Thread(target=create, args=(i, f"offsets/{batch}", start, won)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        winners = [i for i, ok in won if ok]
+        assert len(won) == 2 and len(winners) == 1, won
+        assert (checkpoint / "offsets" / str(batch)).read_text() == f"driver {winners[0]}"
+    assert sorted(int(p.name) for p in (checkpoint / "offsets").iterdir()) == list(range(20))
