@@ -7,12 +7,15 @@ checkpoint on local disk, HDFS or an object store is edited alike.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from typing import Any
 
 from fastrecover.errors import CheckpointError
 from fastrecover.spark.driver_jvm import jvm_view
+
+log = logging.getLogger("fastrecover.spark")
 
 
 class CheckpointFiles:
@@ -76,8 +79,9 @@ class CheckpointFiles:
         the second must find the first's, never replace it, or the survivor's journal and Spark's offset
         log would tell different stories.  The text goes to a temporary file first, then takes the final
         name only if no file has it: a hard link on local disk (``link(2)`` fails on an existing name, in
-        one step, where Hadoop's local rename would replace it), Hadoop's rename elsewhere (on HDFS it
-        fails on an existing name, atomically; an object store checks, then copies).
+        one step, where Hadoop's local rename would replace it; a local file system without hard links
+        checks for the name, then renames), Hadoop's rename elsewhere (on HDFS it fails on an existing
+        name, atomically; an object store checks, then copies).
         """
         final = self._path(rel)
         if self._fs.exists(final):
@@ -88,20 +92,23 @@ class CheckpointFiles:
             stream.write(bytearray(text.encode("utf-8")))
         finally:
             stream.close()
-        try:
-            return self._publish(tmp, final, rel)
-        finally:
-            self._fs.delete(tmp, False)  # after a rename it is gone already; after a link, the other name
-
-    def _publish(self, tmp: Any, final: Any, rel: str) -> bool:
         if self._local:
             try:
                 os.link(str(self._fs.pathToFile(tmp).getPath()), str(self._fs.pathToFile(final).getPath()))
             except FileExistsError:
+                self._fs.delete(tmp, False)
                 return False
-            return True
+            except OSError as exc:  # a local file system without hard links: Hadoop's rename, checked first
+                log.warning("%s/%s: no hard link here (%s); checking for the name, then renaming", self.location, rel, exc)
+            else:
+                self._fs.delete(tmp, False)  # the temporary name, and its checksum file
+                return True
+            if self._fs.exists(final):
+                self._fs.delete(tmp, False)
+                return False
         if self._fs.rename(tmp, final):
             return True
+        self._fs.delete(tmp, False)
         if self._fs.exists(final):
             return False
         raise CheckpointError(f"cannot rename {tmp} to {self.location}/{rel}")
