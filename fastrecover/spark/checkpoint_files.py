@@ -99,7 +99,9 @@ class CheckpointFiles:
                 self._fs.delete(tmp, False)
                 return False
             except OSError as exc:  # a local file system without hard links: Hadoop's rename, checked first
-                log.warning("%s/%s: no hard link here (%s); checking for the name, then renaming", self.location, rel, exc)
+                log.warning(
+                    "%s/%s: no hard link here (%s); checking for the name, then renaming", self.location, rel, exc
+                )
             else:
                 self._fs.delete(tmp, False)  # the temporary name, and its checksum file
                 return True
