@@ -3,10 +3,11 @@
 A jump journals its lag ranges before the jump batch is written, and a batch
 journals its chunk before it reads it, so a replayed batch reads the same
 records.  An entry is written once and never replaced: two drivers on one
-checkpoint find each other's entries instead of rewriting them.  :class:`Journal` keeps the entries in memory,
-in step with the files; the decisions over them (what a batch's chunk is, which
-entries contradict each other) are pure, in :mod:`fastrecover.spark.jump`, and
-the entries' format is in :mod:`fastrecover.spark.checkpoint`.
+checkpoint find each other's entries instead of rewriting them.
+:class:`Journal` keeps the entries in memory, in step with the files; the
+decisions over them (what a batch's chunk is, which entries contradict each
+other) are pure, in :mod:`fastrecover.spark.jump`, and the entries' format is
+in :mod:`fastrecover.spark.checkpoint`.
 """
 
 from __future__ import annotations
