@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from fastrecover.errors import CheckpointError
-from fastrecover.spark import restart, start_kafka_stream
+from fastrecover.spark import controller, restart, start_kafka_stream
 from fastrecover.spark.checkpoint import parse_journal
 from fastrecover.spark.checkpoint_files import CheckpointFiles
 from fastrecover.spark.journal import Journal
@@ -182,3 +182,73 @@ def test_of_two_drivers_creating_one_file_at_once_exactly_one_succeeds(spark: Sp
         assert len(won) == 2 and len(winners) == 1, won
         assert (checkpoint / "offsets" / str(batch)).read_text() == f"driver {winners[0]}"
     assert sorted(int(p.name) for p in (checkpoint / "offsets").iterdir()) == list(range(20))
+
+
+def test_a_second_driver_that_loaded_the_journal_before_the_first_wrote_its_jump_keeps_the_entry(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B loads the journal, then A journals jump N+1 and writes its batch, then B lists the offset log and
+    finds N+1 not committed, with no jump entry in the journal it loaded.  B must judge N+1 by the entry on
+    disk, not delete it; then both drivers die.  The restart reads A's whole lag."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="100000")
+    _warm_up(spark, bootstrap, topic, options, sink, checkpoint)
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(400)])
+    b_loaded, b_go = threading.Event(), threading.Event()
+    b_outcome: list[object] = []
+
+    def b_process(_df: Any, batch_id: int) -> None:
+        raise Killed(f"B delivered batch {batch_id}")  # B dies as it delivers anything
+
+    def driver_b() -> None:
+        try:
+            b_outcome.append(start_kafka_stream(spark, options, b_process, str(checkpoint), trigger=TRIGGER))
+        except BaseException as exc:  # B's death (or refusal) is an outcome, looked at below
+            b_outcome.append(exc)
+
+    b_thread = threading.Thread(target=driver_b, name="driver-b")
+
+    def in_b() -> bool:
+        return threading.current_thread() is b_thread
+
+    def controller_trace(event: str) -> None:
+        if in_b() and event == "kafka-stream journal loaded":
+            b_loaded.set()
+            assert b_go.wait(180), "driver A never let driver B go on"
+
+    def restart_trace(event: str) -> None:
+        if in_b():
+            if event == TIDIED:
+                raise Killed(event)
+        elif event == "kafka-stream recover: offsets written":  # A's jump batch, not committed yet
+            b_go.set()
+            b_thread.join(300)
+            assert not b_thread.is_alive(), "driver B did not finish"
+
+    monkeypatch.setattr(controller, "trace", controller_trace)
+    monkeypatch.setattr(restart, "trace", restart_trace)
+    b_thread.start()
+    assert b_loaded.wait(180), "driver B did not load the journal"
+    try:  # driver A: dies before its first chunk, if it gets to start at all
+        start_kafka_stream(spark, options, sink, str(checkpoint), trigger={"processingTime": "1 hour"}).stop()
+    except CheckpointError as exc:
+        assert "exists already" in str(exc)
+    finally:
+        b_go.set()
+        b_thread.join(300)
+    assert len(b_outcome) == 1 and isinstance(b_outcome[0], Killed), b_outcome
+    monkeypatch.undo()
+
+    produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
+    _run(
+        spark,
+        options,
+        sink,
+        checkpoint,
+        lambda: _kinds(sink)["L"] >= 400 and _kinds(sink)["G"] >= 2,
+        120,
+        "the lag of the jump the first driver wrote, read after a restart",
+    )
+    delivered, written = _every_offset(bootstrap, topic, sink)
+    assert written - delivered == set()
