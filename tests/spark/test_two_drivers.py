@@ -89,6 +89,7 @@ def test_a_second_driver_that_dies_while_the_first_jumps_leaves_the_jump_s_lag_o
     query.stop()
     assert len(outcome) == 1 and isinstance(outcome[0], Killed), outcome
     assert (checkpoint / "commits" / str(jump)).exists()
+    assert (checkpoint / "fastrecover" / "jumps" / str(jump)).exists()  # the jump batch's lag is on record
     assert _kinds(sink)["L"] == 0
     monkeypatch.undo()
 
@@ -197,6 +198,7 @@ def test_a_second_driver_that_loaded_the_journal_before_the_first_wrote_its_jump
     produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(400)])
     b_loaded, b_go = threading.Event(), threading.Event()
     b_outcome: list[object] = []
+    jump = max(_batch_ids(checkpoint / "offsets")) + 1
 
     def b_process(_df: Any, batch_id: int) -> None:
         raise Killed(f"B delivered batch {batch_id}")  # B dies as it delivers anything
@@ -238,6 +240,8 @@ def test_a_second_driver_that_loaded_the_journal_before_the_first_wrote_its_jump
         b_go.set()
         b_thread.join(300)
     assert len(b_outcome) == 1 and isinstance(b_outcome[0], Killed), b_outcome
+    assert (checkpoint / "commits" / str(jump)).exists()
+    assert (checkpoint / "fastrecover" / "jumps" / str(jump)).exists()  # the jump batch's lag is on record
     monkeypatch.undo()
 
     produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
@@ -252,3 +256,46 @@ def test_a_second_driver_that_loaded_the_journal_before_the_first_wrote_its_jump
     )
     delivered, written = _every_offset(bootstrap, topic, sink)
     assert written - delivered == set()
+
+
+def test_a_jump_journalled_by_a_driver_that_died_is_written_as_journalled_then_the_grown_lag_jumps(
+    spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver dies right after journalling jump N+1.  Its entry may as well be a live driver's, so the
+    next start does not rewrite it: batch N+1 jumps with it, and the lag that grew meanwhile is jumped
+    at N+2.  Both are read, in the batches after them."""
+    topic = topic_factory(partitions=2)
+    checkpoint = tmp_path / "checkpoint"
+    jumps = checkpoint / "fastrecover" / "jumps"
+    options = _options(bootstrap, topic, maxBackfillOffsetsPerTrigger="100000")
+    _warm_up(spark, bootstrap, topic, options, sink, checkpoint)
+    produce(bootstrap, topic, [Record(b"L%d" % i, partition=i % 2) for i in range(400)])
+    jump = max(_batch_ids(checkpoint / "offsets")) + 1
+
+    def die_after_the_journal(event: str) -> None:
+        if event == JOURNALLED:
+            raise Killed(event)
+
+    monkeypatch.setattr(restart, "trace", die_after_the_journal)
+    with pytest.raises(Killed):
+        start_kafka_stream(spark, options, sink, str(checkpoint), trigger=TRIGGER)
+    monkeypatch.undo()
+    assert max(_batch_ids(checkpoint / "offsets")) == jump - 1 and (jumps / str(jump)).exists()
+    produce(bootstrap, topic, [Record(b"M%d" % i, partition=i % 2) for i in range(400)])
+    _run(
+        spark,
+        options,
+        sink,
+        checkpoint,
+        lambda: _kinds(sink)["L"] >= 400 and _kinds(sink)["M"] >= 400,
+        120,
+        "the lag journalled by the dead driver and the lag that grew after it",
+    )
+    journalled = {b: parse_journal((jumps / str(b)).read_text(), str(b)) for b in (jump, jump + 1)}
+    assert {b: {(p.partition, p.start, p.end) for p in r} for b, r in journalled.items()} == {
+        jump: {(0, 2, 202), (1, 2, 202)},
+        jump + 1: {(0, 202, 402), (1, 202, 402)},
+    }
+    delivered, written = _every_offset(bootstrap, topic, sink)
+    assert written - delivered == set()
+    assert len(sink.rows()) == len(written)  # and once each: nothing is read twice when no driver runs along
