@@ -39,6 +39,7 @@ __all__ = [
     "check_journal",
     "check_new_jump",
     "chunk_for",
+    "continues",
     "jumped",
     "lag_ranges",
     "pending",
@@ -73,6 +74,12 @@ def jumped(committed: Mapping[TopicPartitionKey, int], ranges: Iterable[Piece]) 
     for piece in ranges:
         out[piece.key] = max(out.get(piece.key, 0), piece.end)
     return out
+
+
+def continues(committed: Mapping[TopicPartitionKey, int], ranges: Iterable[Piece]) -> bool:
+    """Whether ``ranges`` are a jump's lag from the batch that ended at ``committed``: each one starts at
+    its partition's committed offset, as every jump's ranges do (:func:`lag_ranges`)."""
+    return all(committed.get(r.key) == r.start for r in ranges)
 
 
 def pending(ranges: Iterable[Piece], chunks: Iterable[Piece]) -> list[Piece]:

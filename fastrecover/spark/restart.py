@@ -1,10 +1,20 @@
 """What :func:`~fastrecover.spark.start_kafka_stream` does to the checkpoint before Spark starts.
 
-First it finishes what a dead driver left half done (a jump whose commit did
-not land, a batch Spark logged but did not commit); then, if the committed
-offsets lag the log end enough, it journals the lag ranges and writes a batch
-that jumps to the log end.  Under a one-shot trigger it reads the journal's
-backlog instead, each chunk in a batch of its own.  The decisions are pure, in
+First it finishes what a dead driver left half done (a jump journalled but not
+written, a jump whose commit did not land, a batch Spark logged but did not
+commit); then, if the committed offsets lag the log end enough, it journals the
+lag ranges and writes a batch that jumps to the log end.
+
+Another driver may be starting on the same checkpoint at the same time (a
+zombie and its replacement).  Every file is written once
+(:meth:`~fastrecover.spark.checkpoint_files.CheckpointFiles.create`), and no
+entry the other driver may still act on is deleted: a jump journalled but not
+written is finished with its own ranges, never rewritten, so whichever driver
+writes the jump batch, the journal holds that batch's lag; the other driver
+stops on the batch it finds written.
+
+Under a one-shot trigger it reads the journal's backlog instead of jumping,
+each chunk in a batch of its own.  The decisions are pure, in
 :mod:`fastrecover.spark.jump`.
 """
 
@@ -12,16 +22,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from fastrecover.errors import CheckpointError
 from fastrecover.spark.checkpoint import OffsetLogEntry, render_kafka_offsets
 from fastrecover.spark.checkpoint_files import CheckpointFiles
 from fastrecover.spark.foreach_batch import Batches
 from fastrecover.spark.journal import JUMPS_DIR, Journal
-from fastrecover.spark.jump import jumped, lag_ranges
+from fastrecover.spark.jump import continues, jumped, lag_ranges
+from fastrecover.spark.offsets import Piece
 from fastrecover.spark.options import SourceOptions
 from fastrecover.spark.query_log import KAFKA_SOURCE, commit_batch, kafka_end, offset_entry
 from fastrecover.spark.source import trace
+from fastrecover.tokens import TopicPartitionKey
 
 log = logging.getLogger("fastrecover.spark")
 
@@ -31,7 +44,7 @@ def recover(
 ) -> None:
     """Before Spark starts: finish what a dead driver left half done, then jump over the lag.
 
-    Under a one-shot trigger (``once``, ``availableNow``) there is no jump: Spark runs only the batches
+    Under a one-shot trigger (``once``, ``availableNow``) there is no new jump: Spark runs only the batches
     such a trigger finds live records for, and the batch after a jump reads no chunk, so a jumped lag
     would wait in the journal for a continuous run, perhaps until retention deleted it.  The run reads
     everything available anyway; what earlier runs journalled is read first (:func:`_drain`).
@@ -43,6 +56,10 @@ def recover(
     last = ids[-1]
     trace("kafka-stream recover: listed")
     if not files.exists(f"commits/{last}"):
+        if last not in journal.jumps:
+            # Another driver starting on this checkpoint may have journalled this batch's jump, then written
+            # the batch, since the journal was loaded: the batch is judged by its entry on disk.
+            journal.load(JUMPS_DIR, last)
         if last in journal.jumps and batches.kafka_end(last) == jumped(
             batches.kafka_end(last - 1), journal.jumps[last]
         ):
@@ -51,29 +68,54 @@ def recover(
             _refuse_leftover_journal(files, journal, "has only batch 0, not committed")
             return  # Spark runs batch 0 itself: nothing precedes it to jump from
         else:
-            journal.forget(JUMPS_DIR, [last])  # a journal entry whose jump never happened: not this batch's
+            if last in journal.jumps:
+                # A jump whose batch was written as another: no driver writes this batch again, so no
+                # driver will jump with this entry.
+                journal.forget(JUMPS_DIR, [last])
             journal.check()  # the rerun reads its chunk: not from a journal that contradicts itself
             batches.rerun(last)
             commit_batch(files, last)
+    entry, where = offset_entry(files, last)
+    committed = kafka_end(entry, where)
+    orphan = journal.jumps.get(last + 1)
+    if orphan is not None and not continues(committed, orphan):
+        journal.forget(JUMPS_DIR, [last + 1])  # not a jump from the last batch: no driver writes its batch
     journal.tidy(last)
     # After the tidy: a crash while it deleted a drained journal leaves chunks without their jump, which
     # the tidy of the next start deletes; what is left must be consistent before a chunk is read from it.
     journal.check()
     trace("kafka-stream recover: tidied")
-    entry, where = offset_entry(files, last)
+    if last + 1 in journal.jumps:
+        # A jump journalled from the last batch, its batch not written: by a driver that died there, or by
+        # one starting on this checkpoint now.  Its entry is never replaced (the other driver would jump
+        # with it), so this driver jumps with it too; whichever writes the batch first goes on, the other
+        # stops on it.  A lag that grew since is jumped next.
+        last += 1
+        entry = _jump(files, entry, committed, last, journal.jumps[last])
+        committed = jumped(committed, journal.jumps[last])
     if one_shot:
         _drain(files, batches, journal, last, entry)
         return
-    committed = kafka_end(entry, where)
     ends = batches.log_offsets(list(committed), earliest=False)
     trace("kafka-stream recover: log ends read")
     ranges = lag_ranges(committed, ends, opts.min_lag)
     if not ranges:
         return
-    jump = last + 1
     # The ranges first: once the jump batch exists, they are the only record of these offsets.
-    journal.add_jump(jump, ranges)
+    journal.add_jump(last + 1, ranges)
     trace("kafka-stream recover: jump journalled")
+    _jump(files, entry, committed, last + 1, ranges)
+
+
+def _jump(
+    files: CheckpointFiles,
+    entry: OffsetLogEntry,
+    committed: Mapping[TopicPartitionKey, int],
+    jump: int,
+    ranges: list[Piece],
+) -> OffsetLogEntry:
+    """Write batch ``jump``, journalled already: ``entry`` (the last batch's) with the lag ``ranges`` jumped,
+    then its commit.  Returns its offset log entry."""
     offsets = entry.with_source(KAFKA_SOURCE, render_kafka_offsets(jumped(committed, ranges)), int(time.time() * 1000))
     files.write(f"offsets/{jump}", offsets.render())
     trace("kafka-stream recover: offsets written")
@@ -84,6 +126,7 @@ def recover(
         sum(map(len, ranges)),
         jump,
     )
+    return offsets
 
 
 def _refuse_leftover_journal(files: CheckpointFiles, journal: Journal, state: str) -> None:

@@ -23,6 +23,7 @@ from fastrecover.spark.jump import (
     check_journal,
     check_new_jump,
     chunk_for,
+    continues,
     jumped,
     lag_ranges,
     pending,
@@ -142,6 +143,26 @@ def test_the_jump_covers_partitions_lagging_by_at_least_min_lag_and_moves_only_t
     assert ranges == [Piece("t", 0, 10, 110, True), Piece("u", 0, 7, 500, True)]
     assert jumped(committed, ranges) == {K("t", 0): 110, K("t", 1): 10, K("t", 2): 10, K("u", 0): 500}
     assert lag_ranges(committed, {}, 1) == []
+
+
+@given(
+    committed=st.dictionaries(st.sampled_from([K("t", i) for i in range(3)]), st.integers(0, 1000)),
+    grow=st.lists(st.integers(0, 500), min_size=3, max_size=3),
+    min_lag=st.integers(0, 300),
+)
+def test_a_jump_s_ranges_continue_the_batch_they_jump_from_and_no_other(
+    committed: dict[K, int], grow: list[int], min_lag: int
+) -> None:
+    """An orphan jump entry that continues the last batch may be a running driver's (it is finished as
+    journalled); one that does not was never written from this batch (it is deleted)."""
+    ends = {key: offset + grow[key.partition] for key, offset in committed.items()}
+    ranges = lag_ranges(committed, ends, min_lag)
+    assert continues(committed, ranges)
+    moved = jumped(committed, ranges)
+    assert not ranges or not continues(moved, ranges)  # from the jump batch itself: not its own lag
+    for r in ranges:
+        assert not continues({**committed, r.key: r.start - 1}, ranges)
+        assert not continues({k: v for k, v in committed.items() if k != r.key}, ranges)
 
 
 @given(
