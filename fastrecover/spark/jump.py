@@ -82,6 +82,27 @@ def continues(committed: Mapping[TopicPartitionKey, int], ranges: Iterable[Piece
     return all(committed.get(r.key) == r.start for r in ranges)
 
 
+def check_continued_jump(
+    batch_id: int, ranges: Iterable[Piece], log_ends: Mapping[TopicPartitionKey, int], root: str
+) -> None:
+    """Refuse to write a journalled jump (another driver's, or a dead one's) whose lag ends past the log end.
+
+    The driver that journalled it read those ends from Kafka a moment before, and log ends only grow:
+    an end that is now past the log end means the topic was deleted and re-created, or its log
+    truncated, since.  Writing the jump batch would then start the query past records it never read.
+    """
+    for r in ranges:
+        end = log_ends.get(r.key)
+        if end is None or r.end > end:
+            now = "unknown" if end is None else str(end)
+            raise CheckpointError(
+                f"{root}/{JUMPS}/{batch_id} journals a jump over {_describe(r)}, past the log end of "
+                f"{r.topic}[{r.partition}] ({now}): Kafka's offsets went back since it was journalled, which "
+                "happens when the topic was deleted and re-created, or its log truncated. Writing the jump "
+                "would skip records; it was not written. Start the query on a new checkpoint"
+            )
+
+
 def pending(ranges: Iterable[Piece], chunks: Iterable[Piece]) -> list[Piece]:
     """What the ranges still owe after the chunks: per partition, in offset order."""
     taken: dict[TopicPartitionKey, list[OffsetRange]] = {}

@@ -29,7 +29,7 @@ from fastrecover.spark.checkpoint import OffsetLogEntry, render_kafka_offsets
 from fastrecover.spark.checkpoint_files import CheckpointFiles
 from fastrecover.spark.foreach_batch import Batches
 from fastrecover.spark.journal import JUMPS_DIR, Journal
-from fastrecover.spark.jump import continues, jumped, lag_ranges
+from fastrecover.spark.jump import check_continued_jump, continues, jumped, lag_ranges
 from fastrecover.spark.offsets import Piece
 from fastrecover.spark.options import SourceOptions
 from fastrecover.spark.query_log import KAFKA_SOURCE, commit_batch, kafka_end, offset_entry
@@ -91,6 +91,8 @@ def recover(
         # with it), so this driver jumps with it too; whichever writes the batch first goes on, the other
         # stops on it.  A lag that grew since is jumped next.
         last += 1
+        ends = batches.log_offsets(list(committed), earliest=False)
+        check_continued_jump(last, journal.jumps[last], ends, journal.root)
         entry = _jump(files, entry, committed, last, journal.jumps[last])
         committed = jumped(committed, journal.jumps[last])
     if one_shot:

@@ -402,3 +402,18 @@ def test_our_options_and_those_the_recovery_shares_are_still_checked(bad: dict[s
         options.pop("subscribe")
     with pytest.raises(ConfigError, match=named):
         parse_source_options(options_to_check(options), query_required=False)
+
+
+def test_a_journalled_jump_past_the_log_end_is_not_written() -> None:
+    """A jump another (or a dead) driver journalled is written as journalled only while Kafka's log still
+    reaches its end: past it, the topic was re-created or truncated since, and the batch would skip records."""
+    from fastrecover.spark.jump import check_continued_jump
+    from fastrecover.tokens import TopicPartitionKey
+
+    lag = [Piece("t", 0, 10, 50, True), Piece("t", 1, 5, 9, True)]
+    ends = {TopicPartitionKey("t", 0): 50, TopicPartitionKey("t", 1): 12}
+    check_continued_jump(3, lag, ends, "ck/fastrecover")  # the log grew since, or did not move: written
+    with pytest.raises(CheckpointError, match=r"t\[0\].*\(40\).*re-created"):
+        check_continued_jump(3, lag, {**ends, TopicPartitionKey("t", 0): 40}, "ck/fastrecover")
+    with pytest.raises(CheckpointError, match=r"t\[1\].*\(unknown\)"):
+        check_continued_jump(3, lag, {TopicPartitionKey("t", 0): 50}, "ck/fastrecover")
