@@ -31,6 +31,9 @@ from fastrecover.tokens import Token, TopicPartitionKey
 if TYPE_CHECKING:
     from fastrecover.store import RangeStore
 
+#: ranges of another lineage one recovery of a partition may retire where its own ranges start
+_MAX_START_CONFLICTS = 64
+
 log = logging.getLogger("fastrecover.recovery")
 
 
@@ -286,32 +289,54 @@ class RecoveryWriter:
         """
         held: list[Token] = []
         # the ranges kept from another lineage (older than lineages, or owed below the committed offset)
-        store.adopt([t.id for t in plan.kept if t.lineage != lineage], lineage)
+        foreign = {t.id for t in plan.kept if t.lineage != lineage}
+        store.adopt(sorted(foreign), lineage)
+        retired: set[int] = set()
         for progress in plan.restored:
-            token = store.create_range(
-                self._group, key.topic, key.partition, progress.start, progress.end, self._owner, lineage
-            )
-            token = store.claim(token.id, self._owner)
             log.warning(
                 "restoring range [%d, %d) of %s from the commit-metadata mirror (the store had lost it)",
                 progress.start,
                 progress.end,
                 key,
             )
-            if token.is_open:
-                held.append(token)
-        pending = list(plan.new_ranges)
+        pending = [OffsetRange(p.start, p.end) for p in plan.restored] + list(plan.new_ranges)
+        steps = 0
         while pending:
+            steps += 1
+            if steps > _MAX_START_CONFLICTS + 4 * (len(plan.restored) + len(plan.new_ranges)):
+                raise StoreError(f"ranges of {key} kept meeting other ranges at their starts; not written")
             span = pending.pop(0)
-            token = created.get((key.topic, key.partition, span.start)) or store.create_range(
+            token = created.pop((key.topic, key.partition, span.start), None) or store.create_range(
                 self._group, key.topic, key.partition, span.start, span.end, self._owner, lineage
             )
+            if token.lineage != lineage or token.id in foreign:
+                # A range of another lineage already starts here (adopted just above, or not): a fact Kafka's
+                # committed offset does not vouch for (the topic re-created, the offset reset since it was
+                # written).  Its done offsets excuse nothing here, so it is retired; what it still owed
+                # outside ``span`` is carried, and ``span`` is written in its place.
+                store.retire([token.id])
+                retired.add(token.id)
+                if token.is_open:
+                    owed = OffsetRange(token.progress.committed, token.span.end)
+                    pending.extend(piece for piece in subtract(owed, [span]) if len(piece))
+                log.warning(
+                    "range #%d %s of %s (lineage %s) started where this recovery writes %s: retired, its "
+                    "offsets covered afresh",
+                    token.id,
+                    token.span,
+                    key,
+                    token.lineage,
+                    span,
+                )
+                pending.insert(0, span)
+                continue
             if token.span != span:
-                # A range already starts here (a concurrent writer): it covers only its own span.
+                # A range of this lineage already starts here (a concurrent writer): it covers only its own span.
                 pending.extend(subtract(span, [token.span]))
             if token.owner != self._owner or not token.is_open:
                 token = store.claim(token.id, self._owner)
             if token.is_open:
                 held.append(token)
-        held.extend(t for t in store.claim_many([old.id for old in plan.backfill], self._owner) if t.is_open)
+        backfill = [old.id for old in plan.backfill if old.id not in retired]
+        held.extend(t for t in store.claim_many(backfill, self._owner) if t.is_open)
         return held
