@@ -28,7 +28,7 @@ from fastrecover.committer import RangeCommitter
 from fastrecover.config import Settings, child_config, is_cooperative, parse_bool
 from fastrecover.partitions import Partitions
 from fastrecover.primary import PrimaryOffsets
-from fastrecover.recoverer import Recoverer
+from fastrecover.recoverer import Recovered, Recoverer
 from fastrecover.store_link import StoreLink
 from fastrecover.tokens import TopicPartitionKey
 
@@ -63,6 +63,43 @@ FAST_CALLS = 64
 #: the slice while an assignment is expected (after subscribe() or a revoke, until the next assignment):
 #: the backlog of a recovery then starts at most this long after it
 JOIN_SLICE_S = 0.01
+
+
+#: the longest a deferred store open waits for the first recovery (a member given no partition, a long join)
+STORE_OPEN_DEFER_S = 5.0
+#: how long after a recovery that only replayed the deferred store open begins.  Begun at once, the
+#: open's CPU (SQLAlchemy's import, the schema check; about 0.3 s under the GIL) ran while the replayed
+#: lag and the first fresh records were delivered, and on a 2-core machine delayed the first fresh record
+#: of a 1k-lag restart by 0.01-0.04 s; what a replay leaves to the store (ranges a crashed member owed)
+#: only waits this long more.
+STORE_OPEN_AFTER_REPLAY_S = 0.5
+
+
+class _OpensStoreAfter(Recoverer):
+    """A :class:`Recoverer` whose recoveries let a deferred store open begin (:meth:`StoreLink.open_soon`).
+
+    The open is deferred only when no recovery waits for it (see :func:`_defers_store_open`).  A
+    recovery that jumped on Kafka's commit metadata has ranges whose progress the committer writes to
+    the store within its interval: the open begins at once.  One that replayed leaves the store only
+    its bookkeeping (:meth:`Recoverer.recover_pending`): the open begins a little later.
+    """
+
+    def recover(self, partitions: list[TopicPartition]) -> Recovered:
+        try:
+            return super().recover(partitions)
+        finally:
+            jumped = any(given.jumped for given in self.pending.values())
+            self._link.open_soon(0.0 if jumped else STORE_OPEN_AFTER_REPLAY_S)
+
+
+def _defers_store_open(settings: Settings) -> bool:
+    """Whether no first recovery waits for the store, so that its open can wait for the first recovery.
+
+    With ``fastrecover.recovery.replay.max.offsets`` above 0 and the commit mirror on, a recovery that
+    meets the store still opening replays a small lag or makes its ranges durable in Kafka's commit
+    metadata; with either off, a large lag waits for the store, and its open must start at once.
+    """
+    return settings.replay_max_offsets > 0 and settings.commit_mirror
 
 
 def _advise_static_membership(conf: dict[str, Any]) -> None:
@@ -105,7 +142,7 @@ class ModeParts:
             settings.store_lock_timeout_ms,
             settings.store_statement_timeout_ms,
         )
-        self.link.open_in_background()
+        self.link.open_in_background(STORE_OPEN_DEFER_S if _defers_store_open(settings) else 0.0)
         _advise_static_membership(conf)
         self.child = ChildReader(
             child_config(conf, settings),
@@ -121,7 +158,7 @@ class ModeParts:
             on_commit=conf.get("on_commit"),
             on_fenced=self.child.drop_range,
         )
-        self.recoverer = Recoverer(
+        self.recoverer = _OpensStoreAfter(
             app,
             self.book,
             self.link,

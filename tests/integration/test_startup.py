@@ -118,6 +118,9 @@ def test_a_small_lag_is_replayed_while_the_store_opens_and_the_owed_range_is_tak
             assert store.get(owed).epoch == 1, "nothing touched the store yet"
 
         store_gate.set()
+        # the open begins after the recovery (deferred: no recovery waited for it); once it has ended the
+        # next ticks take up the owed range
+        wait_for(lambda: not consumer._fr.link.opening, 30, 0.01, "the store to open")  # type: ignore[union-attr]
         wanted = set(range(OWED_FROM, LOG_END))
         consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "every record")
 

@@ -55,6 +55,7 @@ def test_worker_set_items_and_classic_only_keys() -> None:
 def test_timeline_from_events() -> None:
     crash = 1000.0
     events = [
+        {"event": "imported", "t": 1003.15},
         {"event": "started", "t": 1003.2},
         {"event": "subscribed", "t": 1003.21},
         {"event": "joined", "t": 1003.3},
@@ -66,6 +67,7 @@ def test_timeline_from_events() -> None:
     assert t["crash_to_fresh_s"] == pytest.approx(3.5)
     assert t["spawn_to_fresh_s"] == pytest.approx(0.5)
     assert t["first_spawn_to_fresh_s"] == pytest.approx(0.5)
+    assert t["imported_s"] == pytest.approx(0.15) and t["started_s"] == pytest.approx(0.2)
     assert t["join_s"] == pytest.approx(0.3) and t["recovery_s"] == pytest.approx(0.05)
     assert t["joined_to_fresh_s"] == pytest.approx(0.2)
     # restarted after fatal errors: spawn→fresh is the last process's, first_spawn→fresh the whole wait

@@ -232,6 +232,7 @@ def timeline(events: list[dict[str, Any]], crash: float, spawned: float, down_s:
         "crash_to_fresh_s": span(crash, "fresh"),
         "spawn_to_fresh_s": span(spawned, "fresh"),
         "first_spawn_to_fresh_s": span(crash + down_s, "fresh"),
+        "imported_s": span(spawned, "imported"),
         "started_s": span(spawned, "started"),
         "join_s": span(spawned, "joined"),
         "crash_to_joined_s": span(crash, "joined"),

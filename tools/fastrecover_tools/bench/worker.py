@@ -6,7 +6,9 @@ partition (``--lag-end``); a record below that offset is a lag record, one at
 or above it was produced after the restart (live).  Events, one JSON line each
 on stdout, with wall-clock ``t``:
 
-* ``started``: the consumer object exists (imports, store opened);
+* ``imported``: the consumer class is imported (the interpreter's start and every import before it);
+* ``started``: the consumer object exists (fastrecover: its store opens on a thread, deferred until
+  the first recovery when no recovery waits for it);
 * ``subscribed``: just before ``subscribe()``: the drain rate is measured from
   here, so group join and fastrecover's recovery count for both consumers;
 * ``joined``: the group handed out partitions (fastrecover: before its recovery
@@ -218,12 +220,14 @@ def run(argv: list[str] | None = None) -> int:
     if args.mode == "fastrecover":
         from fastrecover.consumer import Consumer
 
+        _emit("imported")
         config.update({"enable.parallel.rebalance": True, "fastrecover.backfill.min.offsets": 1})
         store_url = os.environ.get(STORE_URL_ENV)
         if store_url:
             config["fastrecover.store.url"] = store_url
         consumer = Consumer(config)
     else:
+        _emit("imported")
         consumer = PlainConsumer(config)
     base_rss = rss_mib()
     _emit("started", pid=os.getpid(), mode=args.mode, rss_mib=round(base_rss, 1))

@@ -1,0 +1,149 @@
+"""The store's open deferred past the first recovery, when no first recovery waits for it.
+
+With ``fastrecover.recovery.replay.max.offsets`` above 0 and the commit mirror on (the defaults), the
+first recovery never waits for the store: it replays a small lag or makes its ranges durable in Kafka's
+commit metadata.  The open (SQLAlchemy's import, the schema check) then begins after that recovery, so
+that its CPU does not compete with the group join and the first records; whoever needs the store
+sooner gets it at once.  The moments the open begins are read on the ``store-open`` fault point.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Message, TopicPartition
+
+from fastrecover import Consumer, hooks, mode_state
+from fastrecover.store import open_store
+from fastrecover.tokens import TokenState
+from fastrecover_tools.testing.broker import produce
+from fastrecover_tools.testing.waiting import wait_for
+from tests.integration.helpers import consume_until, offset_of, parallel_config
+
+pytestmark = pytest.mark.integration
+
+COMMITTED = 100
+LOG_END = 400
+
+
+@pytest.fixture
+def opens() -> Iterator[list[float]]:
+    """When (monotonic) each store open of the test began; the opens are not held."""
+    began: list[float] = []
+    hooks.register("store-open", lambda: began.append(time.monotonic()))
+    try:
+        yield began
+    finally:
+        hooks.clear()
+
+
+@pytest.fixture
+def slow_deferral(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deferral bound no test reaches, and a replay's delay long enough to tell from "at once"."""
+    monkeypatch.setattr(mode_state, "STORE_OPEN_DEFER_S", 120.0)
+    monkeypatch.setattr(mode_state, "STORE_OPEN_AFTER_REPLAY_S", 1.0)
+
+
+def _lag_behind_a_plain_commit(bootstrap: str, topic: str, group: str, store_url: str) -> None:
+    """Records 0..LOG_END-1, the group's offset at COMMITTED (a plain commit), the store's schema made."""
+    produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
+    open_store(store_url).close()  # creates the schema, as an earlier incarnation did
+    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        plain.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)
+    finally:
+        plain.close()
+
+
+def _defaults(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[str, Any]:
+    """The library's replay limit (10,000) and mirror, on the tests' other settings."""
+    config = parallel_config(bootstrap, group, store_url)
+    del config["fastrecover.recovery.replay.max.offsets"]
+    config.update(extra)
+    return config
+
+
+@pytest.mark.usefixtures("slow_deferral")
+def test_a_replay_leaves_the_store_closed_until_after_it_and_the_records_flow(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, opens: list[float]
+) -> None:
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    consumer = Consumer(_defaults(bootstrap, unique_group, store_url))
+    got: list[Message] = []
+    try:
+        link = consumer._fr.link  # type: ignore[union-attr]
+        assert link.opening and not opens, "constructed: the open waits for the first recovery"
+        before = time.monotonic()
+        consumer.assign([TopicPartition(topic, 0)])
+        (report,) = consumer.recoveries
+        assert report.primary_start is None and not report.stored, "replayed from the committed offset"
+        consume_until(consumer, got, lambda: len(got) >= LOG_END - COMMITTED, 30, "the replayed lag")
+        assert sorted(offset_of(m) for m in got) == list(range(COMMITTED, LOG_END))
+        wait_for(lambda: not link.opening, 30, 0.01, "the deferred open to end")
+        assert len(opens) == 1 and opens[0] >= before + mode_state.STORE_OPEN_AFTER_REPLAY_S, (
+            "the open began only after the replay's delay"
+        )
+        assert link.get() is not None
+    finally:
+        consumer.close()
+
+
+@pytest.mark.usefixtures("slow_deferral")
+def test_a_jump_on_the_marker_begins_the_open_at_once_and_the_store_takes_the_range(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, opens: list[float]
+) -> None:
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    config = _defaults(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    consumer = Consumer(config)
+    got: list[Message] = []
+    try:
+        assert not opens
+        consumer.assign([TopicPartition(topic, 0)])
+        (report,) = consumer.recoveries
+        assert report.primary_start == LOG_END and [(r.start, r.end) for r in report.new_ranges] == [
+            (COMMITTED, LOG_END)
+        ]
+        jumped_at = time.monotonic()
+        wanted = set(range(COMMITTED, LOG_END))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the range's records")
+        assert opens and opens[0] < jumped_at + mode_state.STORE_OPEN_AFTER_REPLAY_S, "not the replay's delay"
+
+        def done() -> bool:
+            consumer.consume(100, 0.05)
+            consumer.commit(asynchronous=False)
+            with open_store(store_url) as store:
+                tokens = store.ranges(unique_group)
+            return len(tokens) == 1 and tokens[0].state is TokenState.DONE
+
+        wait_for(done, 60, 0.01, "the store to take the marker's range and see it done")
+    finally:
+        consumer.close()
+
+
+@pytest.mark.usefixtures("slow_deferral")
+def test_a_consumer_closed_before_its_deferred_open_began_opens_nothing(
+    bootstrap: str, unique_group: str, store_url: str, opens: list[float]
+) -> None:
+    consumer = Consumer(_defaults(bootstrap, unique_group, store_url))
+    began = time.monotonic()
+    consumer.close()
+    assert time.monotonic() - began < 30, "close did not wait for the deferral's bound"
+    assert not opens, "nothing needed the store: it was never opened"
+
+
+@pytest.mark.usefixtures("slow_deferral")
+def test_with_the_replay_limit_at_zero_the_open_is_not_deferred(
+    bootstrap: str, unique_group: str, store_url: str, opens: list[float]
+) -> None:
+    """Every recovery waits for the store then: its open begins at construction, as before."""
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))  # replay.max.offsets 0
+    try:
+        wait_for(lambda: bool(opens), 30, 0.005, "the open to begin with no recovery asking")
+        assert consumer._fr.link.get() is not None  # type: ignore[union-attr]
+    finally:
+        consumer.close()
