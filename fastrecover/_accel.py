@@ -20,12 +20,46 @@ log = logging.getLogger("fastrecover.accel")
 #: the environment variable that turns the C path off (any value but "", "0", "false", "no")
 PURE_PYTHON_ENV = "FASTRECOVER_PURE_PYTHON"
 
+#: the interface this Python code expects of the extension; ``_fastpoll.c`` compiles the same number in
+#: (``FASTPOLL_ABI``, exported as ``ABI``).  Both change together, with every change of the C module's
+#: types or of the steady path it repeats, so that a module built from an older source is refused.
+ABI = 1
+
+
+def checked(module: Any) -> Any:
+    """``module`` when it was built from the source this code expects, else None (and a warning why).
+
+    An editable install keeps the built module beside the source: a checkout that changed
+    ``_fastpoll.c`` without a rebuild would otherwise run a C path that no longer matches the Python one.
+    """
+    built = getattr(module, "ABI", None)
+    if built == ABI:
+        return module
+    log.warning(
+        "%s was built from another fastrecover/_fastpoll.c (interface %s, this fastrecover needs %d): "
+        "Consumer.poll() runs in Python, slower, until the extension is rebuilt "
+        "(`make venv`, or reinstall fastrecover)",
+        getattr(module, "__file__", "fastrecover._fastpoll"),
+        "unnumbered" if built is None else built,
+        ABI,
+    )
+    return None
+
+
 _fastpoll: Any = None
 if os.environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("", "0", "false", "no"):
     try:
         import fastrecover._fastpoll as _fastpoll  # the one module that loads the extension
-    except ImportError as exc:  # a source checkout or a platform without a compiler: the Python path
+    except ModuleNotFoundError as exc:  # a source checkout or a platform without a compiler: the Python path
         log.debug("fastrecover._fastpoll not available (%s): Consumer.poll() runs in Python", exc)
+    except ImportError as exc:  # built, but it does not load (another interpreter's build, a missing symbol)
+        log.warning(
+            "fastrecover._fastpoll does not load (%s): Consumer.poll() runs in Python, slower, until the "
+            "extension is rebuilt (`make venv`, or reinstall fastrecover)",
+            exc,
+        )
+    else:
+        _fastpoll = checked(_fastpoll)
 
 #: True when Consumer.poll()'s steady path runs in C
 ENABLED: bool = _fastpoll is not None

@@ -340,6 +340,10 @@ static PyTypeObject FastPollType = {
 
 /* ---- the module ----------------------------------------------------------------------------- */
 
+/* The interface fastrecover/_accel.py expects (its ABI): change both together, with every change of
+ * these types or of the steady path they repeat, so that a module built from an older source is refused. */
+#define FASTPOLL_ABI 1
+
 static struct PyModuleDef fastpoll_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "fastrecover._fastpoll",
@@ -366,7 +370,8 @@ PyInit__fastpoll(void)
         return NULL;
     }
     if (PyModule_AddObjectRef(m, "FastState", (PyObject *)&FastStateType) < 0
-        || PyModule_AddObjectRef(m, "FastPoll", (PyObject *)&FastPollType) < 0) {
+        || PyModule_AddObjectRef(m, "FastPoll", (PyObject *)&FastPollType) < 0
+        || PyModule_AddIntConstant(m, "ABI", FASTPOLL_ABI) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -3,6 +3,9 @@
 from collections.abc import Callable
 from typing import Any
 
+#: the interface number compiled in (FASTPOLL_ABI); fastrecover/_accel.py refuses a module whose number is not its ABI
+ABI: int
+
 class FastState:
     fast_calls: int
     fast_timeout: Any

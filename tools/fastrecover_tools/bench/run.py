@@ -372,6 +372,7 @@ CRASH_METRICS = (
     "crash_to_fresh_s",
     "spawn_to_fresh_s",
     "first_spawn_to_fresh_s",
+    "imported_s",
     "started_s",
     "join_s",
     "crash_to_joined_s",
