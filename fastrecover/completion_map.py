@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import threading
 from collections.abc import Iterable, Sequence
 
 import zstandard
@@ -60,6 +61,23 @@ def _read_varints(data: bytes) -> list[int]:
     if shift:
         raise CodecError("truncated varint in run-length completion map")
     return values
+
+
+_local = threading.local()
+
+
+def compress(raw: bytes) -> bytes:
+    """zstd at ``ZSTD_LEVEL``, with this thread's compressor.
+
+    Making a compressor costs several times more than compressing a mirror with it, and a
+    recovery encodes one mirror per partition.  A compressor is not for two threads at once
+    (the Spark commit-mirror thread encodes too), hence one per thread; its output does not
+    depend on what it compressed before.
+    """
+    compressor: zstandard.ZstdCompressor | None = getattr(_local, "compressor", None)
+    if compressor is None:
+        compressor = _local.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return compressor.compress(raw)
 
 
 def decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:
@@ -123,7 +141,7 @@ def encode_completed(committed: int, completed: Iterable[int]) -> str:
     # so a lone offset far above committed does not allocate a gigantic bitset.
     if deltas[-1] // 8 + 1 <= len(raw):
         tag, raw = "b", _bitset(deltas)
-    packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+    packed = compress(raw)
     if len(packed) < len(raw):
         tag, raw = tag.upper(), packed
     return _VERSION + tag + base64.b64encode(raw).decode("ascii")
