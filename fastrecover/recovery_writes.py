@@ -237,7 +237,7 @@ class RecoveryWriter:
         degraded: bool,
         stored: bool,
     ) -> RecoveryReport:
-        if plan.new_ranges and not degraded:
+        if plan.new_ranges and not degraded and log.isEnabledFor(logging.INFO):
             log.info(
                 "fast recovery of %s: committed=%s log end=%d; primary starts at %s, child backfills %s",
                 key,
@@ -285,8 +285,11 @@ class RecoveryWriter:
         adds them to the book only once the transaction committed.
         """
         held: list[Token] = []
-        # the ranges kept from another lineage (older than lineages, or owed below the committed offset)
-        store.adopt([t.id for t in plan.kept if t.lineage != lineage], lineage)
+        # the ranges kept from another lineage (older than lineages, or owed below the committed offset);
+        # the store is asked only when there are some (a recovery of thousands of partitions has few)
+        adopted = [t.id for t in plan.kept if t.lineage != lineage]
+        if adopted:
+            store.adopt(adopted, lineage)
         for progress in plan.restored:
             token = store.create_range(
                 self._group, key.topic, key.partition, progress.start, progress.end, self._owner, lineage
@@ -313,5 +316,6 @@ class RecoveryWriter:
                 token = store.claim(token.id, self._owner)
             if token.is_open:
                 held.append(token)
-        held.extend(t for t in store.claim_many([old.id for old in plan.backfill], self._owner) if t.is_open)
+        if plan.backfill:
+            held.extend(t for t in store.claim_many([old.id for old in plan.backfill], self._owner) if t.is_open)
         return held
