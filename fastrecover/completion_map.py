@@ -131,6 +131,8 @@ def _runs(deltas: Sequence[int]) -> bytes:
 
 def encode_completed(committed: int, completed: Iterable[int]) -> str:
     """Encode offsets (all > committed) relative to ``committed + 1``; '' when empty."""
+    if not completed:  # a range finished in order (every new range): no set, no sort
+        return ""
     deltas = sorted({o - committed - 1 for o in completed})
     if not deltas:
         return ""
