@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import threading
 from collections.abc import Iterable, Sequence
 
 import zstandard
@@ -63,21 +62,27 @@ def _read_varints(data: bytes) -> list[int]:
     return values
 
 
-_local = threading.local()
+#: compressors not in use; a caller takes one out and puts it back (list.pop and append are atomic)
+_idle: list[zstandard.ZstdCompressor] = []
 
 
 def compress(raw: bytes) -> bytes:
-    """zstd at ``ZSTD_LEVEL``, with this thread's compressor.
+    """zstd at ``ZSTD_LEVEL``, with a compressor no other thread is using.
 
     Making a compressor costs several times more than compressing a mirror with it, and a
     recovery encodes one mirror per partition.  A compressor is not for two threads at once
-    (the Spark commit-mirror thread encodes too), hence one per thread; its output does not
-    depend on what it compressed before.
+    (the Spark commit-mirror thread encodes too): each call takes one out of the idle pool
+    and puts it back, so the pool holds as many as ever ran at the same time.  Its output
+    does not depend on what it compressed before.
     """
-    compressor: zstandard.ZstdCompressor | None = getattr(_local, "compressor", None)
-    if compressor is None:
-        compressor = _local.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return compressor.compress(raw)
+    try:
+        compressor = _idle.pop()
+    except IndexError:
+        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    try:
+        return compressor.compress(raw)
+    finally:
+        _idle.append(compressor)
 
 
 def decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
 import pytest
@@ -28,7 +29,7 @@ from fastrecover.codec import (
     read_marker,
 )
 from fastrecover.codec import _mirror_text as _mirror_text
-from fastrecover.completion_map import decode_completed, encode_completed
+from fastrecover.completion_map import compress, decode_completed, encode_completed
 from fastrecover.errors import CodecError, FastRecoverError
 from fastrecover.ranges import RangeProgress
 
@@ -302,6 +303,19 @@ def _reference_mirror_text(ranges: list[RangeProgress], with_maps: bool) -> str:
     if len(packed) < len(raw):
         return "fr1:Z" + base64.b64encode(packed).decode("ascii")
     return "fr1:J" + base64.b64encode(raw).decode("ascii")
+
+
+def test_compressors_shared_by_threads_write_what_a_new_one_writes() -> None:
+    """The idle pool hands a compressor to one thread at a time: concurrent callers get correct frames."""
+    payloads = [bytes(random.Random(seed).choices(b"[],0123456789", k=200 + seed)) for seed in range(64)]
+    expected = [zstandard.ZstdCompressor(level=3).compress(p) for p in payloads]
+
+    def work(_: int) -> list[bytes]:
+        return [compress(p) for p in payloads for _ in range(5)][::5]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(work, range(16)))
+    assert all(r == expected for r in results)
 
 
 class TestMirror:
