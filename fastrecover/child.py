@@ -93,6 +93,7 @@ class ChildReader:
         """Queue ranges; a partition reads its ranges one after the other, lowest first."""
         self._ensure_handle()
         fetching = self._h.assigned()  # asked once: each call copies the whole assignment
+        starts: list[RangeWork] = []
         for item in sorted(works, key=lambda w: w.next_offset):
             if item.next_offset >= item.end:
                 continue
@@ -101,13 +102,14 @@ class ChildReader:
                 self._work[item.key] = deque([item])
                 # No log-start round trip here: a start that retention removed comes back as an
                 # offset-out-of-range event (auto.offset.reset=error), and _on_error asks then.
-                self._start(item, assigned=item.key in fetching, check_low=False)
+                self._start(item, assigned=item.key in fetching, check_low=False, into=starts)
             elif all(w.token_id != item.token_id for w in queue):
                 head = queue.popleft()
                 rest = sorted([*queue, item], key=lambda w: w.next_offset)
                 queue.clear()
                 queue.append(head)
                 queue.extend(rest)
+        self._h.assign([(w.key, w.next_offset) for w in starts], self._paused)
 
     def drop(self, keys: Iterable[TopicPartitionKey]) -> None:
         """Partitions leave this member: forget their ranges and buffered records."""
@@ -322,10 +324,12 @@ class ChildReader:
             return
         self.failure = None
         self._h.open()
+        starts: list[RangeWork] = []
         for queue in self._work.values():
             if queue:
                 queue[0].fetched_all = False
-                self._start(queue[0], assigned=False)
+                self._start(queue[0], assigned=False, into=starts)
+        self._h.assign([(w.key, w.next_offset) for w in starts], self._paused)
 
     def cluster_id(self, topic: str) -> str | None:
         """The Kafka cluster's id, asked through the child's handle (created for it if need be)."""
@@ -342,12 +346,15 @@ class ChildReader:
         self.failure = exc
         self._segments.clear()
 
-    def _start(self, work: RangeWork, assigned: bool | None = None, check_low: bool = True) -> None:
+    def _start(
+        self, work: RangeWork, assigned: bool | None = None, check_low: bool = True, into: list[RangeWork] | None = None
+    ) -> None:
         """Point the handle at the range's delivery cursor, after what retention removed.
 
         The log start is asked for only when a fetch reported an offset out of range (or a new
         handle takes over): were a range's start gone, the child's ``auto.offset.reset=error``
         makes the fetch report it and come back here, so the common case costs no round trip.
+        A partition to assign afresh joins ``into`` when given: the caller assigns them all in one call.
         """
         low = self._h.low_watermark(work.key) if check_low else None
         if low is not None and work.next_offset < low:
@@ -360,23 +367,16 @@ class ChildReader:
                 return
         work.fetch_next = work.next_offset
         work.fetched_all = False
-        if assigned is None:
-            assigned = self._h.is_assigned(work.key)
-        if assigned:
-            try:
-                self._h.seek(work.key, work.next_offset)
-                return
-            except KafkaException:  # not fetching yet: assign it afresh at the cursor
-                self._h.unassign([work.key])
-        self._h.assign(work.key, work.next_offset, paused=work.key in self._paused)
+        if self._h.place(work.key, work.next_offset, assigned):
+            return
+        if into is None:
+            self._h.assign([(work.key, work.next_offset)], self._paused)
+        else:
+            into.append(work)
 
     def _seek(self, work: RangeWork) -> None:
         work.fetch_next = work.next_offset
-        try:
-            self._h.seek(work.key, work.next_offset)
-        except KafkaException:
-            # not fetching yet (just assigned): re-assign at the cursor instead
-            self._h.unassign([work.key])
+        if not self._h.place(work.key, work.next_offset, True):  # not fetching yet (just assigned): assign afresh
             self._start(work, assigned=False)
 
     def _purge(self, keys: set[TopicPartitionKey], rewind: bool) -> None:

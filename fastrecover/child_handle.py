@@ -10,7 +10,7 @@ reader's range bookkeeping readable, and testable with a fake client.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
@@ -118,10 +118,35 @@ class ChildHandle:
         """Move the fetcher; raises KafkaException while the partition is not fetching yet."""
         self._consumer.seek(TopicPartition(key.topic, key.partition, offset))
 
-    def assign(self, key: TopicPartitionKey, offset: int, *, paused: bool) -> None:
-        self._consumer.incremental_assign([TopicPartition(key.topic, key.partition, offset)])
-        if paused:
-            self._consumer.pause([TopicPartition(key.topic, key.partition)])
+    def place(self, key: TopicPartitionKey, offset: int, assigned: bool | None) -> bool:
+        """Seek a fetching partition to ``offset``; False when it must be assigned afresh (:meth:`assign`).
+
+        ``assigned`` None asks the handle.  A partition assigned but not fetching yet refuses the
+        seek: it is unassigned here, to be assigned again at ``offset``.
+        """
+        if assigned is None:
+            assigned = self.is_assigned(key)
+        if not assigned:
+            return False
+        try:
+            self.seek(key, offset)
+            return True
+        except KafkaException:
+            self.unassign([key])
+            return False
+
+    def assign(self, starts: list[tuple[TopicPartitionKey, int]], paused: Collection[TopicPartitionKey]) -> None:
+        """Start fetching each partition at its offset, in one call; those in ``paused`` stay paused.
+
+        One ``incremental_assign`` for them all: each call costs librdkafka time in the size of the
+        whole assignment, so a partition at a time grows quadratically (seconds at 2,048 partitions).
+        """
+        if not starts:
+            return
+        self._consumer.incremental_assign([TopicPartition(k.topic, k.partition, offset) for k, offset in starts])
+        held = [TopicPartition(k.topic, k.partition) for k, _ in starts if k in paused]
+        if held:
+            self._consumer.pause(held)
 
     def unassign(self, keys: Iterable[TopicPartitionKey]) -> None:
         if self._consumer is None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import zstandard
 
-from fastrecover.completion_map import ZSTD_LEVEL, decode_completed_sized, decompress, encode_completed
+from fastrecover.completion_map import compress, decode_completed_sized, decompress, encode_completed
 from fastrecover.errors import CodecError
 from fastrecover.ranges import RangeProgress
 
@@ -150,11 +150,14 @@ def _maps_within_cap(entries: Sequence[RangeProgress]) -> bool:
 
 
 def _mirror_text(entries: Sequence[RangeProgress], with_maps: bool) -> str:
-    rows = [
-        [r.start, r.end, r.committed, encode_completed(r.committed, r.completed) if with_maps else ""] for r in entries
-    ]
-    raw = json.dumps(rows, separators=(",", ":")).encode("ascii")
-    packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+    # What json.dumps(rows, separators=(",", ":")) writes, at a fraction of its cost: the fields are
+    # ints and completion maps, whose characters (base64 and a tag) JSON never escapes.
+    rows = ",".join(
+        f'[{r.start:d},{r.end:d},{r.committed:d},"{encode_completed(r.committed, r.completed) if with_maps else ""}"]'
+        for r in entries
+    )
+    raw = f"[{rows}]".encode("ascii")
+    packed = compress(raw)
     if len(packed) < len(raw):
         return _MIRROR_PREFIX + "Z" + base64.b64encode(packed).decode("ascii")
     return _MIRROR_PREFIX + "J" + base64.b64encode(raw).decode("ascii")

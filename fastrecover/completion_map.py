@@ -62,6 +62,29 @@ def _read_varints(data: bytes) -> list[int]:
     return values
 
 
+#: compressors not in use; a caller takes one out and puts it back (list.pop and append are atomic)
+_idle: list[zstandard.ZstdCompressor] = []
+
+
+def compress(raw: bytes) -> bytes:
+    """zstd at ``ZSTD_LEVEL``, with a compressor no other thread is using.
+
+    Making a compressor costs several times more than compressing a mirror with it, and a
+    recovery encodes one mirror per partition.  A compressor is not for two threads at once
+    (the Spark commit-mirror thread encodes too): each call takes one out of the idle pool
+    and puts it back, so the pool holds as many as ever ran at the same time.  Its output
+    does not depend on what it compressed before.
+    """
+    try:
+        compressor = _idle.pop()
+    except IndexError:
+        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    try:
+        return compressor.compress(raw)
+    finally:
+        _idle.append(compressor)
+
+
 def decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:
     """zstd-decompress at most ``limit`` bytes.
 
@@ -113,6 +136,8 @@ def _runs(deltas: Sequence[int]) -> bytes:
 
 def encode_completed(committed: int, completed: Iterable[int]) -> str:
     """Encode offsets (all > committed) relative to ``committed + 1``; '' when empty."""
+    if not completed:  # a range finished in order (every new range): no set, no sort
+        return ""
     deltas = sorted({o - committed - 1 for o in completed})
     if not deltas:
         return ""
@@ -123,7 +148,7 @@ def encode_completed(committed: int, completed: Iterable[int]) -> str:
     # so a lone offset far above committed does not allocate a gigantic bitset.
     if deltas[-1] // 8 + 1 <= len(raw):
         tag, raw = "b", _bitset(deltas)
-    packed = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
+    packed = compress(raw)
     if len(packed) < len(raw):
         tag, raw = tag.upper(), packed
     return _VERSION + tag + base64.b64encode(raw).decode("ascii")

@@ -240,7 +240,7 @@ class RecoveryWriter:
         degraded: bool,
         stored: bool,
     ) -> RecoveryReport:
-        if plan.new_ranges and not degraded:
+        if plan.new_ranges and not degraded and log.isEnabledFor(logging.INFO):
             log.info(
                 "fast recovery of %s: committed=%s log end=%d; primary starts at %s, child backfills %s",
                 key,
@@ -288,9 +288,11 @@ class RecoveryWriter:
         adds them to the book only once the transaction committed.
         """
         held: list[Token] = []
-        # the ranges kept from another lineage (older than lineages, or owed below the committed offset)
+        # the ranges kept from another lineage (older than lineages, or owed below the committed offset);
+        # the store is asked only when there are some (a recovery of thousands of partitions has few)
         foreign = {t.id for t in plan.kept if t.lineage != lineage}
-        store.adopt(sorted(foreign), lineage)
+        if foreign:
+            store.adopt(sorted(foreign), lineage)
         retired: set[int] = set()
         for progress in plan.restored:
             log.warning(
@@ -338,5 +340,6 @@ class RecoveryWriter:
             if token.is_open:
                 held.append(token)
         backfill = [old.id for old in plan.backfill if old.id not in retired]
-        held.extend(t for t in store.claim_many(backfill, self._owner) if t.is_open)
+        if backfill:
+            held.extend(t for t in store.claim_many(backfill, self._owner) if t.is_open)
         return held

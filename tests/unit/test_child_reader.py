@@ -177,6 +177,40 @@ def test_two_partitions_in_one_batch_are_cut_separately() -> None:
     assert got == {(0, o) for o in range(10)} | {(1, o) for o in range(5, 8)}
 
 
+class CountingHandle(FakeHandle):
+    """A FakeHandle that records every incremental_assign and pause call."""
+
+    def __init__(self, logs: dict[tuple[str, int], list[int]]) -> None:
+        super().__init__(logs)
+        self.assign_calls: list[list[tuple[str, int, int]]] = []
+        self.pause_calls: list[set[tuple[str, int]]] = []
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        self.assign_calls.append([(tp.topic, tp.partition, tp.offset) for tp in tps])
+        super().incremental_assign(tps)
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.pause_calls.append({(tp.topic, tp.partition) for tp in tps})
+        super().pause(tps)
+
+
+def test_new_partitions_are_assigned_in_one_call_paused_ones_stay_paused() -> None:
+    """librdkafka's incremental_assign costs time in the whole assignment: one call for a recovery's partitions."""
+    count = 50
+    handle = CountingHandle({("t", p): list(range(40)) for p in range(count)})
+    reader = _reader(handle, batch=1000)
+    reader.pause([TopicPartitionKey("t", 3), TopicPartitionKey("t", 7)])
+    reader.add([RangeWork(100 + p, TopicPartitionKey("t", p), 10, 10 + p % 5, 30) for p in range(count)])
+    assert handle.assign_calls == [[("t", p, 10 + p % 5) for p in sorted(range(count), key=lambda p: p % 5)]]
+    assert handle.pause_calls == [{("t", 3), ("t", 7)}]
+    # a second range of a partition already read queues behind the first: no assign at all
+    reader.add([RangeWork(999, TopicPartitionKey("t", 0), 30, 30, 35)])
+    assert len(handle.assign_calls) == 1
+    got = {(m.partition(), m.offset()) for m in _reader_take_all(reader)}
+    expected = {(p, o) for p in range(count) if p not in (3, 7) for o in range(10 + p % 5, 30)}
+    assert got == expected | {(0, o) for o in range(30, 35)}, "every range of every unpaused partition, once"
+
+
 def _reader_take_all(reader: ChildReader) -> list[Message]:
     out: list[Message] = []
     for _ in range(20):

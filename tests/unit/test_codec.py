@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
 import pytest
@@ -27,7 +28,8 @@ from fastrecover.codec import (
     new_lineage,
     read_marker,
 )
-from fastrecover.completion_map import decode_completed, encode_completed
+from fastrecover.codec import _mirror_text as _mirror_text
+from fastrecover.completion_map import compress, decode_completed, encode_completed
 from fastrecover.errors import CodecError, FastRecoverError
 from fastrecover.ranges import RangeProgress
 
@@ -291,7 +293,39 @@ def unfinished(ranges: list[RangeProgress]) -> set[int]:
     return {o for r in ranges for o in range(r.committed, r.end) if o not in r.completed}
 
 
+def _reference_mirror_text(ranges: list[RangeProgress], with_maps: bool) -> str:
+    """The mirror text as json.dumps and a new zstd compressor write it (what the encoder always wrote)."""
+    rows = [
+        [r.start, r.end, r.committed, encode_completed(r.committed, r.completed) if with_maps else ""] for r in ranges
+    ]
+    raw = json.dumps(rows, separators=(",", ":")).encode("ascii")
+    packed = zstandard.ZstdCompressor(level=3).compress(raw)
+    if len(packed) < len(raw):
+        return "fr1:Z" + base64.b64encode(packed).decode("ascii")
+    return "fr1:J" + base64.b64encode(raw).decode("ascii")
+
+
+def test_compressors_shared_by_threads_write_what_a_new_one_writes() -> None:
+    """The idle pool hands a compressor to one thread at a time: concurrent callers get correct frames."""
+    payloads = [bytes(random.Random(seed).choices(b"[],0123456789", k=200 + seed)) for seed in range(64)]
+    expected = [zstandard.ZstdCompressor(level=3).compress(p) for p in payloads]
+
+    def work(_: int) -> list[bytes]:
+        return [compress(p) for p in payloads for _ in range(5)][::5]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(work, range(16)))
+    assert all(r == expected for r in results)
+
+
 class TestMirror:
+    @settings(max_examples=200, deadline=None)
+    @given(ranges=open_partition_ranges(), with_maps=st.booleans())
+    def test_text_is_what_json_and_a_new_compressor_write(self, ranges: list[RangeProgress], with_maps: bool) -> None:
+        """The direct row formatting and the reused compressor change no byte of a mirror."""
+        entries = sorted(ranges, key=lambda r: r.start)
+        assert _mirror_text(entries, with_maps) == _reference_mirror_text(entries, with_maps)
+
     def test_empty(self) -> None:
         assert encode_mirror([]) == ""
         assert decode_mirror("") == []
