@@ -12,7 +12,10 @@ running; the partitions themselves are the registry's (:mod:`fastrecover.partiti
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer as _KafkaConsumer
@@ -39,6 +42,27 @@ if TYPE_CHECKING:  # the store module imports SQLAlchemy: a consumer with the mo
 log = logging.getLogger("fastrecover.handover")
 
 _K = _KafkaConsumer
+#: an assignment of at least this many partitions runs with Python's cyclic collector paused
+_GC_PAUSE_PARTITIONS = 256
+
+
+@contextmanager
+def _collector_paused(pause: bool) -> Iterator[None]:
+    """Python's cyclic collector off for one large recovery, if it was on.
+
+    A recovery of thousands of partitions allocates tens of thousands of objects that all stay
+    live; the collector walked the whole heap for them twice at 2,048 partitions (0.16-0.54 s) on
+    the way to the first fresh record.  None of it is garbage: the collections run later, with the
+    next allocations, off that path.
+    """
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class Handover:
@@ -66,6 +90,10 @@ class Handover:
         _K.subscribe(self._app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
 
     def assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
+        with _collector_paused(len(partitions) >= _GC_PAUSE_PARTITIONS):
+            self._assign(partitions, incremental)
+
+    def _assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
         if not incremental:
             keep = {key_of(tp) for tp in partitions}
             self._leave([k for k in self._partitions.assigned if k not in keep])
