@@ -276,6 +276,9 @@ class Verdict:
     backfilled_records: int = 0
     epoch_conflicts: int = 0
     concurrent_backfills: int = 0
+    #: records a frozen incarnation delivered after its thaw from a range at an epoch it held before the freeze
+    #: (buffered, as its primary's records are): duplicates, no concurrency of owners; reported, not a failure
+    zombie_deliveries: int = 0
     finished_by_non_owner: int = 0
     fencing_sample: list[str] = field(default_factory=list)
     require_ranges_finished: bool = True
@@ -328,13 +331,16 @@ def analyze(
     owners: Mapping[str, str] | None = None,
     assigned: Mapping[str, set[TP]] | None = None,
     operator: OperatorLog | None = None,
+    frozen: Mapping[str, Sequence[tuple[int, int]]] | None = None,
 ) -> Verdict:
     """Compare what was produced with what was finished; see the module docstring.
 
     ``owners`` maps a token's owner id to the incarnation that wrote it and ``assigned`` an
     incarnation to the partitions it was ever assigned: with both, every finished range must have
     been finished by an incarnation that owned its partition.  ``low_watermarks`` and ``present``
-    describe the topics as they are at the end (their last generation).
+    describe the topics as they are at the end (their last generation).  ``frozen`` maps an
+    incarnation to its freezes, ``(stopped_ms, let go on_ms)``: what it delivered after one from a
+    range epoch it held before it is a zombie's, not a second owner's (see :func:`_range_stats`).
     """
     ops = operator or OperatorLog()
     v = Verdict(malformed_lines=malformed_lines, require_ranges_finished=require_ranges_finished)
@@ -407,7 +413,7 @@ def analyze(
     v.not_reread_sample = sorted(missing)[:20]
 
     _incarnation_stats(v, ledger, incarnations)
-    _range_stats(v, ledger, tokens, ops)
+    _range_stats(v, ledger, tokens, ops, frozen or {})
     if owners is not None and assigned is not None:
         for t in tokens:
             if t.is_open or t.owner is None:
@@ -446,19 +452,51 @@ def ranges_handed_over(ledger: Iterable[LedgerEntry]) -> int:
     return sum(1 for m in members.values() if len(m) > 1)
 
 
-def _range_stats(v: Verdict, ledger: Sequence[LedgerEntry], tokens: Sequence[Token], ops: OperatorLog) -> None:
+def _zombie_entries(ledger: Sequence[LedgerEntry], frozen: Mapping[str, Sequence[tuple[int, int]]]) -> set[int]:
+    """Indexes of the ledger entries a frozen incarnation wrote after a freeze, from a range at an epoch it
+    had delivered from before that freeze began.
+
+    Such an incarnation was a zombie when it wrote them: the group had moved its partitions while it was
+    stopped, and it handed out records it had buffered before it learnt so.  A killed member cannot do
+    that, a frozen one always can (Kafka's own consumer does the same with a partition it lost); what must
+    hold is that its range writes are fenced, which the epoch checks show.
+    """
+    out: set[int] = set()
+    for inc, windows in frozen.items():
+        for stopped, let_go in windows:
+            mine = [e for e in ledger if e.incarnation == inc and e.token is not None]
+            held = {(e.token, e.epoch) for e in mine if e.done_ms < stopped}
+            out.update(
+                i
+                for i, e in enumerate(ledger)
+                if e.incarnation == inc and e.done_ms >= let_go and (e.token, e.epoch) in held
+            )
+    return out
+
+
+def _range_stats(
+    v: Verdict,
+    ledger: Sequence[LedgerEntry],
+    tokens: Sequence[Token],
+    ops: OperatorLog,
+    frozen: Mapping[str, Sequence[tuple[int, int]]],
+) -> None:
     v.ranges_opened = len(tokens)
     v.ranges_open = sum(1 for t in tokens if t.is_open)
     v.ranges_finished = v.ranges_opened - v.ranges_open
     v.range_claims = sum(max(0, t.epoch - 1) for t in tokens)
     holders: dict[tuple[int, int, int], set[str]] = defaultdict(set)
     windows: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(dict)
-    for e in ledger:
+    zombie = _zombie_entries(ledger, frozen) if frozen else set()
+    v.zombie_deliveries = len(zombie)
+    for i, e in enumerate(ledger):
         if e.token is None:
             continue
         v.backfilled_records += 1
         era = ops.era(e.done_ms)
         holders[(e.token, e.epoch or 0, era)].add(e.incarnation)
+        if i in zombie:
+            continue  # its epoch is counted above; its time is no second owner's backfill
         w = windows[(e.token, era)].get(e.incarnation)
         if w is None:
             windows[(e.token, era)][e.incarnation] = [e.done_ms, e.done_ms]

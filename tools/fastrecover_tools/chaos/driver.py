@@ -405,6 +405,9 @@ class ChaosDriver:
         self.stalls_missed = 0
         self.freezes = 0
         self.freezes_past_session = 0
+        #: every freeze, by incarnation: (stopped, let go on), wall-clock ms (the checker's input)
+        self.frozen: dict[str, list[tuple[int, int]]] = {}
+        self._stopped_ms: dict[str, int] = {}
         self._target = 0
         self._began = time.monotonic()
         self.partitions = {t: config.partitions for t in self.topics}
@@ -546,11 +549,21 @@ class ChaosDriver:
             if self.kills >= self._target:
                 return
 
-    def _freeze(self, member: _Member, now: float) -> None:
+    def freeze(self, index: int, seconds: float) -> WorkerProc:
+        """SIGSTOP member ``index`` now for ``seconds`` (for tests that script the faults); the driver lets it go on."""
+        m = self.members[index]
+        if m.proc is None:
+            raise RuntimeError(f"member {m.name} is not running")
+        self._freeze(m, time.monotonic(), seconds)
+        return m.proc
+
+    def _freeze(self, member: _Member, now: float, took: float | None = None) -> None:
         proc = member.proc
         assert proc is not None
-        took = self._freeze_rng.uniform(*self.config.freeze_s)
+        if took is None:
+            took = self._freeze_rng.uniform(*self.config.freeze_s)
         proc.freeze()
+        self._stopped_ms[proc.name] = int(time.time() * 1000)
         member.froze, member.thaw_at = True, now + took
         member.kill_at = now  # when the freeze began: _thaw measures it from here
         log.info("frozen %s for %.1f s (session %d ms)", proc.name, took, self.config.session_ms)
@@ -559,6 +572,7 @@ class ChaosDriver:
         proc = member.proc
         assert proc is not None and member.thaw_at is not None
         proc.thaw()
+        self.frozen.setdefault(proc.name, []).append((self._stopped_ms.pop(proc.name), int(time.time() * 1000)))
         self.freezes += 1
         # what the freeze was, measured (the driver's own steps may have made it longer than drawn)
         took = now - (member.kill_at or now)
@@ -895,6 +909,7 @@ class ChaosDriver:
             owners=owners,
             assigned=assigned,
             operator=self._operator_log(),
+            frozen=self.frozen,
         )
         result = ChaosResult(
             verdict,

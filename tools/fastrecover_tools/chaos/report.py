@@ -68,6 +68,7 @@ def result_rows(r: ChaosResult) -> list[tuple[str, str]]:
         ("stall points not reached (killed at a random time)", str(r.stalls_missed)),
         ("child threads failed on purpose", str(r.child_failures)),
         ("members frozen and let go on (past the session timeout)", f"{r.freezes} ({r.freezes_past_session})"),
+        ("records a thawed member delivered from a range it had lost (duplicates)", str(r.verdict.zombie_deliveries)),
         ("incarnations ended by a fatal consumer error", str(r.fatal_exits)),
         ("recoveries with ranges / degraded", f"{r.recoveries} / {r.degraded_recoveries}"),
         ("commits that failed (and were retried)", _counter(r.commit_failures)),
