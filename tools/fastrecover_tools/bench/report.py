@@ -438,7 +438,7 @@ def partitions_caption(section: Mapping[str, Any]) -> str:
         f"interleaved. Settings: {section.get('settings', '?')}. spawn→fresh: from the process spawn to the "
         "first record produced after it; subscribe→assigned: subscribe() to the end of the application's "
         "on_assign, which calls assign() itself: with fastrecover that call is the recovery. A recovery that "
-        "meets the store still opening (it opens on a thread from construction) replays lags up to "
+        "meets the store still opening (it opens on a thread after the first recovery) replays lags up to "
         "`fastrecover.recovery.replay.max.offsets` instead of opening ranges: the last column says how many "
         "partitions got one."
     )
