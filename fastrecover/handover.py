@@ -141,7 +141,7 @@ class Handover:
     def _leave(self, keys: list[TopicPartitionKey]) -> None:
         """The application gives partitions up: now, or when its rebalance callback returns."""
         if self.in_rebalance:
-            self._leaving.extend(keys)
+            self._leaving.extend(k for k in keys if k not in self._leaving)
         else:
             self.let_go(keys, lost=False)
 
