@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fastrecover_tools.chaos.checker import ranges_handed_over, read_ledgers
 from fastrecover_tools.chaos.driver import GROUP_PROTOCOLS as GROUP_PROTOCOLS  # the fault tests' parametrisation
 from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult, WorkerProc
 from fastrecover_tools.chaos.report import format_result
@@ -132,6 +133,14 @@ def wait_or_report(
     except TimeoutError as exc:
         head = f"{summary()}\n" if summary is not None else ""
         raise AssertionError(f"{exc}\n{head}{driver.dump_stacks()}") from exc
+
+
+def wait_range_handed_over(driver: ChaosDriver, what: str) -> None:
+    """Until the ledgers show a range that incarnations of two members delivered from (at most 120 s)."""
+    ledgers = driver.workdir / "ledger"
+    wait_or_report(
+        driver, lambda: ranges_handed_over(read_ledgers(sorted(ledgers.glob("*.ledger")))[0]) > 0, 120, 0.25, what
+    )
 
 
 def verdict_ok(result: ChaosResult) -> str:

@@ -6,9 +6,15 @@ import time
 
 import pytest
 
-from fastrecover_tools.chaos.checker import ranges_handed_over, read_ledgers
 from fastrecover_tools.chaos.driver import ChaosDriver
-from tests.faults.conftest import GROUP_PROTOCOLS, DriverFactory, cycles, verdict_ok, wait_or_report
+from tests.faults.conftest import (
+    GROUP_PROTOCOLS,
+    DriverFactory,
+    cycles,
+    verdict_ok,
+    wait_or_report,
+    wait_range_handed_over,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -106,12 +112,5 @@ def _hand_over_a_range(driver: ChaosDriver) -> None:
     driver.kill(1)
     if m1_down:
         driver.spawn(0, faults=False)
-    ledgers = driver.workdir / "ledger"
-    wait_or_report(
-        driver,
-        lambda: ranges_handed_over(read_ledgers(sorted(ledgers.glob("*.ledger")))[0]) > 0,
-        120,
-        0.25,
-        "another member to take over m2's range",
-    )
+    wait_range_handed_over(driver, "another member to take over m2's range")
     driver.spawn(1)  # back to the random schedule

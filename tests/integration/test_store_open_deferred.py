@@ -10,13 +10,12 @@ sooner gets it at once.  The moments the open begins are read on the ``store-ope
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Message, TopicPartition
 
-from fastrecover import Consumer, hooks, mode_state
+from fastrecover import Consumer, mode_state
 from fastrecover.store import open_store
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import produce
@@ -27,17 +26,6 @@ pytestmark = pytest.mark.integration
 
 COMMITTED = 100
 LOG_END = 400
-
-
-@pytest.fixture
-def opens() -> Iterator[list[float]]:
-    """When (monotonic) each store open of the test began; the opens are not held."""
-    began: list[float] = []
-    hooks.register("store-open", lambda: began.append(time.monotonic()))
-    try:
-        yield began
-    finally:
-        hooks.clear()
 
 
 @pytest.fixture
@@ -68,7 +56,7 @@ def _defaults(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[
 
 @pytest.mark.usefixtures("slow_deferral")
 def test_a_replay_leaves_the_store_closed_until_after_it_and_the_records_flow(
-    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, opens: list[float]
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_opens: list[float]
 ) -> None:
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
@@ -76,7 +64,7 @@ def test_a_replay_leaves_the_store_closed_until_after_it_and_the_records_flow(
     got: list[Message] = []
     try:
         link = consumer._fr.link  # type: ignore[union-attr]
-        assert link.opening and not opens, "constructed: the open waits for the first recovery"
+        assert link.opening and not store_opens, "constructed: the open waits for the first recovery"
         before = time.monotonic()
         consumer.assign([TopicPartition(topic, 0)])
         (report,) = consumer.recoveries
@@ -84,7 +72,7 @@ def test_a_replay_leaves_the_store_closed_until_after_it_and_the_records_flow(
         consume_until(consumer, got, lambda: len(got) >= LOG_END - COMMITTED, 30, "the replayed lag")
         assert sorted(offset_of(m) for m in got) == list(range(COMMITTED, LOG_END))
         wait_for(lambda: not link.opening, 30, 0.01, "the deferred open to end")
-        assert len(opens) == 1 and opens[0] >= before + mode_state.STORE_OPEN_AFTER_REPLAY_S, (
+        assert len(store_opens) == 1 and store_opens[0] >= before + mode_state.STORE_OPEN_AFTER_REPLAY_S, (
             "the open began only after the replay's delay"
         )
         assert link.get() is not None
@@ -94,7 +82,7 @@ def test_a_replay_leaves_the_store_closed_until_after_it_and_the_records_flow(
 
 @pytest.mark.usefixtures("slow_deferral")
 def test_a_jump_on_the_marker_begins_the_open_at_once_and_the_store_takes_the_range(
-    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, opens: list[float]
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_opens: list[float]
 ) -> None:
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
@@ -102,7 +90,7 @@ def test_a_jump_on_the_marker_begins_the_open_at_once_and_the_store_takes_the_ra
     consumer = Consumer(config)
     got: list[Message] = []
     try:
-        assert not opens
+        assert not store_opens
         consumer.assign([TopicPartition(topic, 0)])
         (report,) = consumer.recoveries
         assert report.primary_start == LOG_END and [(r.start, r.end) for r in report.new_ranges] == [
@@ -111,7 +99,9 @@ def test_a_jump_on_the_marker_begins_the_open_at_once_and_the_store_takes_the_ra
         jumped_at = time.monotonic()
         wanted = set(range(COMMITTED, LOG_END))
         consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the range's records")
-        assert opens and opens[0] < jumped_at + mode_state.STORE_OPEN_AFTER_REPLAY_S, "not the replay's delay"
+        assert store_opens and store_opens[0] < jumped_at + mode_state.STORE_OPEN_AFTER_REPLAY_S, (
+            "not the replay's delay"
+        )
 
         def done() -> bool:
             consumer.consume(100, 0.05)
@@ -127,23 +117,23 @@ def test_a_jump_on_the_marker_begins_the_open_at_once_and_the_store_takes_the_ra
 
 @pytest.mark.usefixtures("slow_deferral")
 def test_a_consumer_closed_before_its_deferred_open_began_opens_nothing(
-    bootstrap: str, unique_group: str, store_url: str, opens: list[float]
+    bootstrap: str, unique_group: str, store_url: str, store_opens: list[float]
 ) -> None:
     consumer = Consumer(_defaults(bootstrap, unique_group, store_url))
     began = time.monotonic()
     consumer.close()
     assert time.monotonic() - began < 30, "close did not wait for the deferral's bound"
-    assert not opens, "nothing needed the store: it was never opened"
+    assert not store_opens, "nothing needed the store: it was never opened"
 
 
 @pytest.mark.usefixtures("slow_deferral")
 def test_with_the_replay_limit_at_zero_the_open_is_not_deferred(
-    bootstrap: str, unique_group: str, store_url: str, opens: list[float]
+    bootstrap: str, unique_group: str, store_url: str, store_opens: list[float]
 ) -> None:
     """Every recovery waits for the store then: its open begins at construction, as before."""
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))  # replay.max.offsets 0
     try:
-        wait_for(lambda: bool(opens), 30, 0.005, "the open to begin with no recovery asking")
+        wait_for(lambda: bool(store_opens), 30, 0.005, "the open to begin with no recovery asking")
         assert consumer._fr.link.get() is not None  # type: ignore[union-attr]
     finally:
         consumer.close()

@@ -68,6 +68,25 @@ def _every_offset(bootstrap: str, topic: str, sink: Sink) -> tuple[set[tuple[int
     return {(r.partition, r.offset) for r in sink.rows()}, {(p, o) for p in (0, 1) for o in range(ends[p])}
 
 
+def _restart_reads_every_offset(
+    spark: SparkSession, bootstrap: str, topic: str, options: dict[str, str], sink: Sink, checkpoint: Path
+) -> None:
+    """A restart after the drivers are gone reads the 400 lag records of the jump the first driver wrote, and
+    two fresh ones: every offset of the topic is delivered."""
+    produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
+    _run(
+        spark,
+        options,
+        sink,
+        checkpoint,
+        lambda: _kinds(sink)["L"] >= 400 and _kinds(sink)["G"] >= 2,
+        120,
+        "the lag of the jump the first driver wrote, read after a restart",
+    )
+    delivered, written = _every_offset(bootstrap, topic, sink)
+    assert written - delivered == set()
+
+
 def test_a_second_driver_that_dies_while_the_first_jumps_leaves_the_jump_s_lag_owed(
     spark: SparkSession, bootstrap: str, topic_factory: Any, tmp_path: Path, sink: Sink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,18 +112,7 @@ def test_a_second_driver_that_dies_while_the_first_jumps_leaves_the_jump_s_lag_o
     assert _kinds(sink)["L"] == 0
     monkeypatch.undo()
 
-    produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
-    _run(
-        spark,
-        options,
-        sink,
-        checkpoint,
-        lambda: _kinds(sink)["L"] >= 400 and _kinds(sink)["G"] >= 2,
-        120,
-        "the lag of the jump the first driver wrote, read after a restart",
-    )
-    delivered, written = _every_offset(bootstrap, topic, sink)
-    assert written - delivered == set()
+    _restart_reads_every_offset(spark, bootstrap, topic, options, sink, checkpoint)
 
 
 def test_a_second_driver_that_runs_on_finishes_the_first_driver_s_jump_which_then_fails(
@@ -244,18 +252,7 @@ def test_a_second_driver_that_loaded_the_journal_before_the_first_wrote_its_jump
     assert (checkpoint / "fastrecover" / "jumps" / str(jump)).exists()  # the jump batch's lag is on record
     monkeypatch.undo()
 
-    produce(bootstrap, topic, [Record(b"G%d" % i, partition=i % 2) for i in range(2)])
-    _run(
-        spark,
-        options,
-        sink,
-        checkpoint,
-        lambda: _kinds(sink)["L"] >= 400 and _kinds(sink)["G"] >= 2,
-        120,
-        "the lag of the jump the first driver wrote, read after a restart",
-    )
-    delivered, written = _every_offset(bootstrap, topic, sink)
-    assert written - delivered == set()
+    _restart_reads_every_offset(spark, bootstrap, topic, options, sink, checkpoint)
 
 
 def test_a_jump_journalled_by_a_driver_that_died_is_written_as_journalled_then_the_grown_lag_jumps(

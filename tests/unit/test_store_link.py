@@ -76,18 +76,7 @@ def test_close_during_the_open_waits_for_it(tmp_path: Path, gate: threading.Even
     link.close()
 
 
-@pytest.fixture
-def opens() -> Iterator[list[float]]:
-    """The moments (monotonic) the link's thread began an open, without holding it."""
-    began: list[float] = []
-    hooks.register("store-open", lambda: began.append(time.monotonic()))
-    try:
-        yield began
-    finally:
-        hooks.clear()
-
-
-def test_a_deferred_open_waits_for_open_soon(tmp_path: Path, opens: list[float]) -> None:
+def test_a_deferred_open_waits_for_open_soon(tmp_path: Path, store_opens: list[float]) -> None:
     link = _link(f"sqlite:///{tmp_path / 'ranges.db'}")
     link.open_in_background(defer_s=60.0)
     try:
@@ -95,43 +84,43 @@ def test_a_deferred_open_waits_for_open_soon(tmp_path: Path, opens: list[float])
         asked = time.monotonic()
         link.open_soon(0.1)
         wait_for(lambda: not link.opening, 30, 0.005, "the deferred open to end")
-        assert len(opens) == 1 and opens[0] >= asked + 0.1, "it began when open_soon said, not before"
+        assert len(store_opens) == 1 and store_opens[0] >= asked + 0.1, "it began when open_soon said, not before"
         store = link.get()
         assert store is not None and link.get() is store
     finally:
         link.close()
 
 
-def test_get_begins_a_deferred_open_at_once_and_waits_for_it(tmp_path: Path, opens: list[float]) -> None:
+def test_get_begins_a_deferred_open_at_once_and_waits_for_it(tmp_path: Path, store_opens: list[float]) -> None:
     link = _link(f"sqlite:///{tmp_path / 'ranges.db'}")
     link.open_in_background(defer_s=60.0)
     try:
-        assert not opens
+        assert not store_opens
         assert link.get() is not None, "whoever needs the store gets it, deferred or not"
-        assert len(opens) == 1 and not link.opening
+        assert len(store_opens) == 1 and not link.opening
     finally:
         link.close()
 
 
-def test_a_deferred_open_begins_by_itself_once_its_bound_passes(tmp_path: Path, opens: list[float]) -> None:
+def test_a_deferred_open_begins_by_itself_once_its_bound_passes(tmp_path: Path, store_opens: list[float]) -> None:
     link = _link(f"sqlite:///{tmp_path / 'ranges.db'}")
     started = time.monotonic()
     link.open_in_background(defer_s=0.3)
     try:
         wait_for(lambda: not link.opening, 30, 0.005, "the deferred open to end without being asked")
-        assert len(opens) == 1 and opens[0] >= started + 0.3
+        assert len(store_opens) == 1 and store_opens[0] >= started + 0.3
         assert link.get() is not None
     finally:
         link.close()
 
 
-def test_close_before_a_deferred_open_began_opens_nothing(tmp_path: Path, opens: list[float]) -> None:
+def test_close_before_a_deferred_open_began_opens_nothing(tmp_path: Path, store_opens: list[float]) -> None:
     path = tmp_path / "ranges.db"
     link = _link(f"sqlite:///{path}")
     link.open_in_background(defer_s=60.0)
     began = time.monotonic()
     link.close()
     assert time.monotonic() - began < 5.0, "close did not wait for the deferral"
-    assert not link.opening and not opens and not path.exists(), "the store was never opened (nor created)"
+    assert not link.opening and not store_opens and not path.exists(), "the store was never opened (nor created)"
     assert link.get(force=True) is not None  # a later open still works
     link.close()
