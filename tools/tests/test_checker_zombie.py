@@ -36,3 +36,17 @@ def test_after_a_thaw_a_newly_claimed_epoch_is_counted_as_any_owner_s() -> None:
     ]
     v = analyze(produced, ledger, frozen={"m1#1": [(1500, 2100)]})
     assert v.zombie_deliveries == 0 and v.epoch_conflicts == 1
+
+
+def test_a_zombie_s_first_records_of_a_range_after_its_thaw_are_duplicates_too() -> None:
+    """It claimed the range before the freeze but delivered none of it then: its epoch is superseded all the same."""
+    produced = [Produced("t", 0, o, o, 0) for o in range(4)]
+    ledger = [
+        _entry(0, 2000, "m2#1", 2),  # m2 took the range over while m1 was stopped
+        _entry(1, 2100, "m1#1", 1),  # m1, let go on at 2050, hands out its buffered records at epoch 1
+        _entry(2, 2200, "m2#1", 2),
+        _entry(3, 2300, "m2#1", 2),
+    ]
+    assert analyze(produced, ledger).concurrent_backfills == 1
+    v = analyze(produced, ledger, frozen={"m1#1": [(1500, 2050)]})
+    assert v.concurrent_backfills == 0 and v.zombie_deliveries == 1 and v.ok

@@ -453,25 +453,33 @@ def ranges_handed_over(ledger: Iterable[LedgerEntry]) -> int:
 
 
 def _zombie_entries(ledger: Sequence[LedgerEntry], frozen: Mapping[str, Sequence[tuple[int, int]]]) -> set[int]:
-    """Indexes of the ledger entries a frozen incarnation wrote after a freeze, from a range at an epoch it
-    had delivered from before that freeze began.
+    """Indexes of the ledger entries a frozen incarnation wrote after being let go on, from a range at an
+    epoch another incarnation had already superseded (delivered from a higher epoch of it, earlier).
 
     Such an incarnation was a zombie when it wrote them: the group had moved its partitions while it was
-    stopped, and it handed out records it had buffered before it learnt so.  A killed member cannot do
+    stopped, and it handed out records it had fetched before it learnt so.  A killed member cannot do
     that, a frozen one always can (Kafka's own consumer does the same with a partition it lost); what must
     hold is that its range writes are fenced, which the epoch checks show.
     """
-    out: set[int] = set()
-    for inc, windows in frozen.items():
-        for stopped, let_go in windows:
-            mine = [e for e in ledger if e.incarnation == inc and e.token is not None]
-            held = {(e.token, e.epoch) for e in mine if e.done_ms < stopped}
-            out.update(
-                i
-                for i, e in enumerate(ledger)
-                if e.incarnation == inc and e.done_ms >= let_go and (e.token, e.epoch) in held
-            )
-    return out
+    superseded_at: dict[tuple[int, int], int] = {}  # (token, epoch): when a higher epoch was first delivered
+    first: dict[tuple[int, int], int] = {}
+    for e in ledger:
+        if e.token is not None:
+            key = (e.token, e.epoch or 0)
+            first[key] = min(first.get(key, e.done_ms), e.done_ms)
+    for (token, epoch), at in first.items():
+        for lower in range(epoch):
+            key = (token, lower)
+            superseded_at[key] = min(superseded_at.get(key, at), at)
+    thawed = {inc: min(let_go for _, let_go in windows) for inc, windows in frozen.items() if windows}
+    return {
+        i
+        for i, e in enumerate(ledger)
+        if e.token is not None
+        and e.incarnation in thawed
+        and e.done_ms >= thawed[e.incarnation]
+        and superseded_at.get((e.token, e.epoch or 0), e.done_ms + 1) <= e.done_ms
+    }
 
 
 def _range_stats(
