@@ -226,6 +226,16 @@ class Settings:
     store_lock_timeout_ms: int = 5_000
     store_statement_timeout_ms: int = 10_000
 
+    @property
+    def defers_store_open(self) -> bool:
+        """Whether no first recovery waits for the store, so that its open can wait for the first recovery.
+
+        With ``fastrecover.recovery.replay.max.offsets`` above 0 and the commit mirror on, a recovery that
+        meets the store still opening replays a small lag or makes its ranges durable in Kafka's commit
+        metadata; with either off, a large lag waits for the store, and its open must start at once.
+        """
+        return self.replay_max_offsets > 0 and self.commit_mirror
+
     def __repr__(self) -> str:
         shown: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
@@ -238,6 +248,23 @@ class Settings:
                 value = mask_config(value)
             shown[name] = value
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+
+def mode_requested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a consumer's arguments turn the mode on, read before they are validated.
+
+    ``Consumer.__new__`` picks the class from this; a switch that does not parse counts as on, so
+    that ``__init__`` (which validates everything) reports it.
+    """
+    conf = dict(args[0]) if args and isinstance(args[0], dict) else {}
+    conf.update(kwargs)
+    for key in ENABLE_KEYS:
+        if key in conf:
+            try:
+                return parse_bool(key, conf[key])
+            except ConfigError:
+                return True
+    return False
 
 
 def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, Any], Settings]:

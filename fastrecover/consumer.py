@@ -12,22 +12,23 @@ as it does there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover._accel import fast_poll
-from fastrecover.config import ENABLE_KEYS, child_config, parse_bool, split_config
-from fastrecover.errors import ConfigError
-from fastrecover.metrics import ConsumerMetrics
-from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S
-from fastrecover.parallel import ParallelMode
-from fastrecover.ranges import RangeProgress
-from fastrecover.recoverer import RecoveryReport
-from fastrecover.steady import SteadyGate
+from fastrecover.config import child_config, mode_requested, parse_bool, split_config
+from fastrecover.startup import PendingMode, advise_static_membership, child_handle, pending_class
+from fastrecover.steady import FAST_CALLS, IDLE_SLICE_S, SteadyGate
 from fastrecover.steady import poll as _steady_poll
-from fastrecover.tokens import Token, TopicPartitionKey
+
+if TYPE_CHECKING:
+    from fastrecover.metrics import ConsumerMetrics
+    from fastrecover.parallel import ParallelMode
+    from fastrecover.ranges import RangeProgress
+    from fastrecover.recoverer import RecoveryReport
+    from fastrecover.tokens import Token
 
 __all__ = ["Consumer", "RecoveryReport"]
 
@@ -35,18 +36,6 @@ _K = _KafkaConsumer
 _NUMBER = (int, float)
 #: librdkafka's own words when store_offsets() is called with enable.auto.offset.store=true
 _STORE_WITH_AUTO_STORE = "StoreOffsets failed: Local: Invalid argument or configuration"
-
-
-def _mode_on(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    conf = dict(args[0]) if args and isinstance(args[0], dict) else {}
-    conf.update(kwargs)
-    for key in ENABLE_KEYS:
-        if key in conf:
-            try:
-                return parse_bool(key, conf[key])
-            except ConfigError:
-                return True  # __init__ reports it
-    return False
 
 
 class Consumer(_KafkaConsumer):  # type: ignore[misc]
@@ -61,10 +50,13 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
     _fr: ParallelMode | None = None
     #: the steady gate of ``_fr``: Consumer.poll's steady path (fastrecover/steady.py, and its C copy) reads it
     _gate: SteadyGate | None = None
+    #: what ``_fr`` is built from, until the first call that needs it (fastrecover/startup.py)
+    _pending: PendingMode | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Consumer:
-        target = _PlainMode if cls is Consumer and not _mode_on(args, kwargs) else cls
-        return _K.__new__(target)  # type: ignore[no-any-return]
+        if cls is Consumer:
+            cls = _PendingConsumer if mode_requested(args, kwargs) else _PlainMode
+        return _K.__new__(cls)  # type: ignore[no-any-return]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if not args and not kwargs:
@@ -75,9 +67,11 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         conf, settings = split_config(args[0] if args else {}, **kwargs)
         if not settings.enabled:
             super().__init__(conf)
+            if type(self) is _PendingConsumer:  # off once the keys are read in full: the mode-off methods
+                self.__class__ = _PlainMode
             return
         # the child's handle, made first: a configuration librdkafka refuses fails here, before the primary
-        child = _child_handle(child_config(conf, settings))
+        child = child_handle(child_config(conf, settings))
         primary_conf = dict(conf)
         if parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True)):
             # We store the primary's offsets ourselves, one call late and with the range mirror:
@@ -85,11 +79,25 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             primary_conf["enable.auto.offset.store"] = False
         try:
             super().__init__(primary_conf)
-            self._fr = ParallelMode(self, conf, settings, child)
+            advise_static_membership(conf)
+            self._pending = PendingMode(conf, settings, child)
         except BaseException:
             child.close()
             raise
-        self._gate = self._fr.gate
+        if type(self) is not _PendingConsumer or not settings.defers_store_open:  # built now: startup.py says why
+            self._build_mode()
+
+    def _build_mode(self) -> ParallelMode:
+        """Build the mode, its modules imported since construction, in the caller's thread (startup.py)."""
+        pending = self._pending
+        if pending is None:
+            raise RuntimeError("Consumer closed")  # confluent_kafka's words for a closed consumer
+        self._fr = fr = pending.build(self)
+        self._gate = fr.gate
+        self._pending = None
+        if type(self) is _PendingConsumer:
+            self.__class__ = Consumer
+        return fr
 
     # ---- KIP-333 additions -----------------------------------------------------------------
 
@@ -128,7 +136,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             A :class:`~fastrecover.metrics.ConsumerMetrics` of plain data.  With the mode
             off (or after ``close()``) only ``parallel_rebalance=False`` is set: nothing is counted.
         """
-        return self._fr.metrics() if self._fr is not None else ConsumerMetrics(parallel_rebalance=False)
+        return self._fr.metrics() if self._fr is not None else _metrics_off()
 
     # ---- records ---------------------------------------------------------------------------
 
@@ -280,7 +288,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         if self._fr is None or not _tp_list(partitions):
             _K.incremental_unassign(self, partitions)
             return
-        self._fr.unassign([TopicPartitionKey(tp.topic, tp.partition) for tp in partitions])
+        self._fr.incremental_unassign(partitions)
 
     # ---- flow control ----------------------------------------------------------------------
 
@@ -356,6 +364,12 @@ class _PlainMode(Consumer):
     close = _K.close
 
 
+def _metrics_off() -> ConsumerMetrics:
+    from fastrecover.metrics import ConsumerMetrics  # imported with the mode, not before (fastrecover/startup.py)
+
+    return ConsumerMetrics(parallel_rebalance=False)
+
+
 def _present(**kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
@@ -364,19 +378,13 @@ def _tp_list(partitions: object) -> bool:
     return isinstance(partitions, list) and all(type(tp) is TopicPartition for tp in partitions)
 
 
-def _child_handle(conf: dict[str, Any]) -> _KafkaConsumer:
-    """The child's librdkafka handle, made at construction.
+#: a mode-on ``Consumer`` until its mode is built (fastrecover/startup.py)
+_PendingConsumer = pending_class(Consumer)
 
-    A child configuration librdkafka refuses fails here, not at the first recovery: the child is
-    made of the application's settings, fastrecover's own (``fastrecover.backfill.*``) and the
-    ``fastrecover.child.*`` overrides, and the error names the setting librdkafka names.  Made now,
-    the handle connects while the primary joins the group, so the first recovery's question for
-    the cluster's id (a metadata request on this handle) costs a round trip, not a new client.
-    """
-    try:
-        return _KafkaConsumer(conf)
-    except Exception as exc:
-        raise ConfigError(
-            f"the child consumer's configuration (the application's settings, fastrecover.backfill.* and "
-            f"fastrecover.child.* overrides) is refused: {exc}"
-        ) from exc
+
+def __getattr__(name: str) -> Any:
+    if name == "RecoveryReport":  # imported with the mode, not before (fastrecover/startup.py)
+        from fastrecover.recoverer import RecoveryReport
+
+        return RecoveryReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -85,9 +85,14 @@ class Handover:
         self._leaving: list[TopicPartitionKey] = []
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
+        _K.subscribe(self._app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
+        self.subscribed(on_assign, on_revoke, on_lost)
+
+    def subscribed(self, on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
+        """The primary was subscribed with callbacks that reach this hand-over's (``subscribe()``, or
+        the consumer's relays while its mode was being built: fastrecover/startup.py)."""
         self.user_cbs = (on_assign, on_revoke, on_lost)
         self._gate.expect_assignment()
-        _K.subscribe(self._app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
 
     def assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
         with _collector_paused(len(partitions) >= _GC_PAUSE_PARTITIONS):

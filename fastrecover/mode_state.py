@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -47,24 +46,6 @@ def key_of(tp: TopicPartition) -> TopicPartitionKey:
     return TopicPartitionKey(tp.topic, tp.partition)
 
 
-#: the longest a poll() or consume() waits on the primary alone before the state is looked at again.
-#: A recovery runs inside the call that serves the group's assignment, and librdkafka's wait does not
-#: end when the child is given a backlog: a wait of the caller's whole timeout kept an idle topic's
-#: backlog from the application until the timeout (for ever with no timeout), and confluent_kafka's own
-#: 0.2-s slices (it wakes to check for signals) delayed it by up to 0.2 s.  A slice's records are
-#: returned at once: records kept across slices could be committed by a revoke before the application
-#: saw them.  An idle consumer wakes this often.
-IDLE_SLICE_S = 0.05
-#: poll() calls the steady state serves without reading the clock, while each returns a record: the
-#: tick then runs at most this many records late (an idle poll() ends the run at once).  The C path
-#: (fastrecover/_fastpoll.c) reads the clock itself at the end of a run and starts the next one when
-#: no tick is due, so there a run ends only for a tick, a join, an empty poll or a change of state.
-FAST_CALLS = 64
-#: the slice while an assignment is expected (after subscribe() or a revoke, until the next assignment):
-#: the backlog of a recovery then starts at most this long after it
-JOIN_SLICE_S = 0.01
-
-
 #: the longest a deferred store open waits for the first recovery (a member given no partition, a long join)
 STORE_OPEN_DEFER_S = 5.0
 #: how long after a recovery that only replayed the deferred store open begins.  Begun at once, the
@@ -78,7 +59,7 @@ STORE_OPEN_AFTER_REPLAY_S = 0.5
 class _OpensStoreAfter(Recoverer):
     """A :class:`Recoverer` whose recoveries let a deferred store open begin (:meth:`StoreLink.open_soon`).
 
-    The open is deferred only when no recovery waits for it (see :func:`_defers_store_open`).  A
+    The open is deferred only when no recovery waits for it (see :attr:`Settings.defers_store_open`).  A
     recovery that jumped on Kafka's commit metadata has ranges whose progress the committer writes to
     the store within its interval: the open begins at once.  One that replayed leaves the store only
     its bookkeeping (:meth:`Recoverer.recover_pending`): the open begins a little later.
@@ -90,33 +71,6 @@ class _OpensStoreAfter(Recoverer):
         finally:
             jumped = any(given.jumped for given in self.pending.values())
             self._link.open_soon(0.0 if jumped else STORE_OPEN_AFTER_REPLAY_S)
-
-
-def _defers_store_open(settings: Settings) -> bool:
-    """Whether no first recovery waits for the store, so that its open can wait for the first recovery.
-
-    With ``fastrecover.recovery.replay.max.offsets`` above 0 and the commit mirror on, a recovery that
-    meets the store still opening replays a small lag or makes its ranges durable in Kafka's commit
-    metadata; with either off, a large lag waits for the store, and its open must start at once.
-    """
-    return settings.replay_max_offsets > 0 and settings.commit_mirror
-
-
-def _advise_static_membership(conf: dict[str, Any]) -> None:
-    """Say once why a crash will cost a session timeout, and what to set instead.
-
-    Fast recovery starts when the restarted process gets its partitions back. A dynamic member of
-    a classic group gets them only once the dead member's session expires; a static one at once.
-    """
-    if conf.get("group.instance.id") or str(conf.get("group.protocol", "classic")).lower() != "classic":
-        return
-    log.warning(
-        "group.instance.id is not set: after a crash, the restarted process gets its partitions back only "
-        "when the dead member's session expires (session.timeout.ms=%s ms) and fresh records wait that long; "
-        "give every member a stable group.instance.id (a host name, a StatefulSet ordinal) so that a restart "
-        "takes its partitions back at once",
-        conf.get("session.timeout.ms", 45000),
-    )
 
 
 class ModeParts:
@@ -133,7 +87,7 @@ class ModeParts:
         self.eof = parse_bool("enable.partition.eof", conf.get("enable.partition.eof", False))
         self.commit_interval_s = int(conf.get("auto.commit.interval.ms", 5000)) / 1000.0
         self.cooperative = is_cooperative(conf)
-        self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = settings.owner_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self.book = RangeBook(self.group, settings.commit_mirror_key)
         self.link = StoreLink(
             settings.store_url,
@@ -142,8 +96,7 @@ class ModeParts:
             settings.store_lock_timeout_ms,
             settings.store_statement_timeout_ms,
         )
-        self.link.open_in_background(STORE_OPEN_DEFER_S if _defers_store_open(settings) else 0.0)
-        _advise_static_membership(conf)
+        self.link.open_in_background(STORE_OPEN_DEFER_S if settings.defers_store_open else 0.0)
         self.child = ChildReader(
             child_config(conf, settings),
             batch_size=settings.batch_size,

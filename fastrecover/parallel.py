@@ -171,6 +171,9 @@ class ParallelMode:
 
     # ---- the rest --------------------------------------------------------------------------
 
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self.handover.unassign([key_of(tp) for tp in partitions])
+
     def pause(self, partitions: list[TopicPartition]) -> None:
         _K.pause(self.app, partitions)
         self.child.pause(key_of(tp) for tp in partitions)

@@ -20,10 +20,26 @@ from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import Message
 
 from fastrecover._accel import StateBase
-from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S, JOIN_SLICE_S
 
 if TYPE_CHECKING:
     from fastrecover.consumer import Consumer
+
+#: the longest a poll() or consume() waits on the primary alone before the state is looked at again.
+#: A recovery runs inside the call that serves the group's assignment, and librdkafka's wait does not
+#: end when the child is given a backlog: a wait of the caller's whole timeout kept an idle topic's
+#: backlog from the application until the timeout (for ever with no timeout), and confluent_kafka's own
+#: 0.2-s slices (it wakes to check for signals) delayed it by up to 0.2 s.  A slice's records are
+#: returned at once: records kept across slices could be committed by a revoke before the application
+#: saw them.  An idle consumer wakes this often.
+IDLE_SLICE_S = 0.05
+#: poll() calls the steady state serves without reading the clock, while each returns a record: the
+#: tick then runs at most this many records late (an idle poll() ends the run at once).  The C path
+#: (fastrecover/_fastpoll.c) reads the clock itself at the end of a run and starts the next one when
+#: no tick is due, so there a run ends only for a tick, a join, an empty poll or a change of state.
+FAST_CALLS = 64
+#: the slice while an assignment is expected (after subscribe() or a revoke, until the next assignment):
+#: the backlog of a recovery then starts at most this long after it
+JOIN_SLICE_S = 0.01
 
 _K = _KafkaConsumer
 _SLICE = IDLE_SLICE_S

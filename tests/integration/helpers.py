@@ -9,6 +9,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
+from fastrecover.parallel import ParallelMode
 from fastrecover_tools.testing.broker import group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.procs import WorkerProcess
@@ -31,6 +32,11 @@ def parallel_config(bootstrap: str, group: str, store_url: str, **extra: Any) ->
     }
     config.update(extra)
     return config
+
+
+def mode_of(consumer: Consumer) -> ParallelMode:
+    """The mode of a mode-on consumer, built now if no call has needed it yet (fastrecover/startup.py)."""
+    return consumer._fr or consumer._build_mode()
 
 
 def offset_of(msg: Message) -> int:

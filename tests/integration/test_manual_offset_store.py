@@ -15,7 +15,7 @@ from fastrecover import Consumer
 from fastrecover.store import open_store
 from fastrecover.tokens import TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
-from tests.integration.helpers import consume_until, group_offsets, lag_after_crash, offset_of, parallel_config
+from tests.integration.helpers import consume_until, group_offsets, lag_after_crash, mode_of, offset_of, parallel_config
 
 
 def _read_backfill_and_live(consumer: Consumer, bootstrap: str, topic: str) -> list[Message]:
@@ -48,9 +48,9 @@ def test_manual_store_keeps_no_records_and_commits_what_was_stored(
         for _ in range(5):
             consumer.consume(500, 0.05)
         # nothing reads them without the auto offset store, so nothing beyond one call is kept
-        assert consumer._fr is not None
-        assert len(consumer._fr.offsets.unsettled) <= 500
-        assert len(consumer._fr.streams.child_runs) <= 500
+        assert mode_of(consumer) is not None
+        assert len(mode_of(consumer).offsets.unsettled) <= 500
+        assert len(mode_of(consumer).streams.child_runs) <= 500
         for msg in got:
             consumer.store_offsets(message=msg)
         consumer.commit(asynchronous=False)
@@ -96,7 +96,7 @@ def test_stored_offsets_under_auto_commit_are_never_moved_back_when_a_range_fini
 
     try:
         got = _read_backfill_and_live(consumer, bootstrap, topic)
-        fr = consumer._fr
+        fr = mode_of(consumer)
         assert fr is not None
         assert fr.partitions.floor(key) == 2000, "the recovery must have set the floor this test is about"
         for msg in got:

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
-from fastrecover.mode_state import IDLE_SLICE_S
+from fastrecover.steady import IDLE_SLICE_S
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
@@ -20,6 +20,7 @@ from tests.integration.helpers import (
     consume_until,
     group_offsets,
     lag_after_crash,
+    mode_of,
     offset_of,
     parallel_config,
     poll_until,
@@ -247,11 +248,11 @@ def test_a_call_that_waits_long_returns_the_backlog_of_an_idle_topic(
     timeout = None if arg == "None)" else float(arg[:-1])
     if fast:
         # as if records had been flowing: the call starts on Consumer.poll's inlined steady path
-        assert consumer._fr is not None
+        assert mode_of(consumer) is not None
         # "fast": the call passes the run's own timeout object; "fast-computed": another float (a timeout
         # the application computes per call), which the inlined path serves too
         run_timeout = timeout if fast == "fast" else -2.0
-        gate = consumer._fr.gate
+        gate = mode_of(consumer).gate
         gate.fast_calls, gate.fast_timeout, gate.fast_wait = 5, run_timeout, IDLE_SLICE_S
 
     def first_call() -> None:

@@ -29,7 +29,7 @@ from fastrecover.store.updates import ProgressUpdate
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import create_topic, delete_topic, group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import consume_until, group_offsets, offset_of, parallel_config, poll_until
+from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config, poll_until
 
 LOG_END = 1_100
 FIRST_COMMIT = 100
@@ -154,7 +154,7 @@ def test_a_reset_into_an_open_range_still_delivers_what_the_range_owed_below_it(
         first.assign([TopicPartition(topic, 0)])
         assert [(r.start, r.end) for r in first.recoveries[0].new_ranges] == [(FIRST_COMMIT, 2_000)]
     finally:
-        first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        mode_of(first).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash
         first.close()
     with open_store(store_url) as store:
         (token,) = store.ranges(unique_group)
@@ -285,7 +285,7 @@ def test_a_backup_from_before_a_reset_does_not_excuse_what_the_reset_asked_for_a
         poll_until(after_reset, got, lambda: any(offset_of(m) == LOG_END for m in got), 30, "the fresh record")
         after_reset.commit(offsets=[TopicPartition(topic, 0, LOG_END + 1)], asynchronous=False)
     finally:
-        after_reset._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        mode_of(after_reset).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash
         after_reset.close()
     (marked,) = group_offsets(bootstrap, unique_group, topic)
     assert marked.offset == LOG_END + 1 and (marked.metadata or "").startswith("fr2:"), "the marker mirrors [0, 1100)"
@@ -308,7 +308,7 @@ def test_a_store_restored_from_an_older_backup_takes_the_ranges_back_from_kafkas
         first.assign([TopicPartition(topic, 0)])
         assert first.recoveries and first.recoveries[0].new_ranges, "the lag [0, 2000) became a range"
     finally:
-        first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        mode_of(first).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash
         first.close()
     (marked,) = group_offsets(bootstrap, unique_group, topic)
     assert marked.offset == 0 and (marked.metadata or "").startswith("fr2:"), "Kafka carries the marker"

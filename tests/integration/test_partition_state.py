@@ -19,7 +19,7 @@ from fastrecover import Consumer
 from fastrecover.tokens import TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
 from tests.fixtures.broker import TopicFactory
-from tests.integration.helpers import parallel_config
+from tests.integration.helpers import mode_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def _containers(root: object) -> Iterator[tuple[str, Any]]:
 def partition_state(consumer: Consumer) -> dict[str, int]:
     """Containers of the consumer's state that still hold a partition, with their sizes."""
     out: dict[str, int] = {}
-    for where, value in _containers(consumer._fr):
+    for where, value in _containers(mode_of(consumer)):
         items = value.keys() if isinstance(value, dict) else value
         if any(_holds_a_partition(i) for i in items):
             out[where] = len(value)

@@ -24,6 +24,7 @@ from tests.integration.helpers import (
     crash_after_commit,
     group_offsets,
     lag_after_crash,
+    mode_of,
     offset_of,
     parallel_config,
     poll_until,
@@ -242,8 +243,8 @@ def test_revocation_hands_ranges_to_the_next_owner(
             wait_for(both_assigned, 60, 0.001, "the group to split the partitions")
             b_key = b.recoveries[-1].key
             tokens = {t.partition: t for t in store.open_ranges(unique_group)}
-            assert b._fr is not None
-            assert tokens[b_key.partition].owner == b._fr.owner, "B claimed the range of the partition it got"
+            assert mode_of(b) is not None
+            assert tokens[b_key.partition].owner == mode_of(b).owner, "B claimed the range of the partition it got"
             assert tokens[b_key.partition].epoch >= 2
 
             def drained() -> bool:
@@ -260,9 +261,9 @@ def test_revocation_hands_ranges_to_the_next_owner(
             from fastrecover.store import ProgressUpdate
 
             token = store.get(tokens[b_key.partition].id)
-            assert a._fr is not None
+            assert mode_of(a) is not None
             with pytest.raises(FencedError):
-                store.commit_one(ProgressUpdate(token.id, a._fr.owner, 1, token.progress))
+                store.commit_one(ProgressUpdate(token.id, mode_of(a).owner, 1, token.progress))
             delivered = {(m.partition(), m.offset()) for m in got_a + got_b}
             for p in (0, 1):
                 assert {o for (pp, o) in delivered if pp == p} >= set(range(10, 2000))
@@ -471,8 +472,8 @@ def test_lost_store_falls_back_to_commit_metadata_mirror(
     # back-fill only 30..39, then commit the live record (its commit metadata mirrors the open range)
     _commit_all(first, [m for m in got if 30 <= offset_of(m) < 40])
     first.commit(message=next(m for m in got if m.offset() == 200), asynchronous=False)
-    assert first._fr is not None
-    first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash: nothing handed back
+    assert mode_of(first) is not None
+    mode_of(first).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash: nothing handed back
     first.close()
 
     for suffix in ("", "-wal", "-shm"):
@@ -552,8 +553,8 @@ def test_backpressure_bounds_the_child_queue(
         consumer.subscribe([topic])
         got: list[Message] = []
         poll_until(consumer, got, lambda: consumer.child_consumer_is_alive(), 60, "child started")
-        assert consumer._fr is not None
-        child = consumer._fr.child
+        assert mode_of(consumer) is not None
+        child = mode_of(consumer).child
         # one record at a time: Python never holds more than one fetched batch of the child's;
         # the rest waits in librdkafka's queue, whose size bounds what the handle prefetches
         high = 0

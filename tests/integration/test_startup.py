@@ -26,7 +26,7 @@ from fastrecover.store.models import VERSION_TABLE
 from fastrecover.tokens import Token, TokenState, TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import consume_until, group_offsets, offset_of, parallel_config
+from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def _a_crashed_member_owes_a_range(bootstrap: str, topic: str, group: str, store
         first.assign([TopicPartition(topic, 0)])
         assert [(r.start, r.end) for r in first.recoveries[0].new_ranges] == [(OWED_FROM, FIRST_END)]
     finally:
-        first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        mode_of(first).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash
         first.close()
     with open_store(store_url) as store:
         (token,) = store.ranges(group)
@@ -120,12 +120,12 @@ def test_a_small_lag_is_replayed_while_the_store_opens_and_the_owed_range_is_tak
         store_gate.set()
         # the open begins after the recovery (deferred: no recovery waited for it); once it has ended the
         # next ticks take up the owed range
-        wait_for(lambda: not consumer._fr.link.opening, 30, 0.01, "the store to open")  # type: ignore[union-attr]
+        wait_for(lambda: not mode_of(consumer).link.opening, 30, 0.01, "the store to open")
         wanted = set(range(OWED_FROM, LOG_END))
         consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "every record")
 
         token = _until_done(consumer, store_url, owed, "the owed range claimed and finished once the store opened")
-        assert token.epoch == 2 and token.owner == consumer._fr.owner, "claimed by this consumer"  # type: ignore[union-attr]
+        assert token.epoch == 2 and token.owner == mode_of(consumer).owner, "claimed by this consumer"
     finally:
         consumer.close()
     (kafka,) = group_offsets(bootstrap, unique_group, topic)
@@ -223,7 +223,7 @@ def test_a_member_gone_before_its_store_opened_leaves_its_ranges_in_kafkas_marke
         first.assign([TopicPartition(topic, 0)])
         assert first.recoveries[0].primary_start == LOG_END
     finally:
-        first._fr.handover.let_go = lambda keys, lost: None  # type: ignore[method-assign,union-attr]  # a crash
+        mode_of(first).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash
         first.close()
     assert _marker_ranges(bootstrap, unique_group, topic) == (OWED_FROM, [(OWED_FROM, LOG_END)])
 
@@ -310,7 +310,7 @@ def test_a_consumer_closed_before_it_saw_the_opens_error_still_closes(
     consumer.assign([TopicPartition(topic, 0)])
     assert consumer.recoveries[0].primary_start is None, "replayed while the store was held shut"
     store_gate.set()
-    wait_for(lambda: not consumer._fr.link.opening, 30, 0.01, "the open to end")  # type: ignore[union-attr]
+    wait_for(lambda: not mode_of(consumer).link.opening, 30, 0.01, "the open to end")
     consumer.close()  # no SchemaBehindError out of close(): the application never polled to see it
     with pytest.raises(RuntimeError):
         consumer.poll(0)  # closed as a plain consumer is

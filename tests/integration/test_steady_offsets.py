@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from fastrecover import Consumer
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import group_offsets, parallel_config
+from tests.integration.helpers import group_offsets, mode_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ def test_an_offset_less_commit_in_the_steady_state_commits_every_record_returned
     )
     try:
         got = _records(consumer, 57, api)
-        assert mode == "plain" or (consumer._fr.steady and consumer._fr.offsets.untracked)
+        assert mode == "plain" or (mode_of(consumer).steady and mode_of(consumer).offsets.untracked)
         assert _committed(consumer.commit(asynchronous=False)) == [(0, _offset(got[-1]) + 1)]
         more = _records(consumer, 23, api)
         assert _committed(consumer.commit(asynchronous=False)) == [(0, _offset(more[-1]) + 1)]
@@ -96,7 +96,7 @@ def test_auto_commit_in_the_steady_state_never_commits_the_record_the_applicatio
 ) -> None:
     auto = {"enable.auto.commit": True, "auto.commit.interval.ms": 100}
     topic, consumer = _subscribed("fastrecover", bootstrap, topic_factory, unique_group, store_url, 39, **auto)
-    fr = consumer._fr
+    fr = mode_of(consumer)
     key = (topic, 0)
 
     def idle_and_stored(offset: int) -> bool:  # the application keeps coming back while nothing arrives

@@ -20,7 +20,7 @@ from fastrecover.store import open_store
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import consume_until, offset_of, parallel_config
+from tests.integration.helpers import consume_until, mode_of, offset_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,7 @@ def test_a_replay_leaves_the_store_closed_until_after_it_and_the_records_flow(
     consumer = Consumer(_defaults(bootstrap, unique_group, store_url))
     got: list[Message] = []
     try:
-        link = consumer._fr.link  # type: ignore[union-attr]
+        link = mode_of(consumer).link
         assert link.opening and not store_opens, "constructed: the open waits for the first recovery"
         before = time.monotonic()
         consumer.assign([TopicPartition(topic, 0)])
@@ -134,6 +134,6 @@ def test_with_the_replay_limit_at_zero_the_open_is_not_deferred(
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))  # replay.max.offsets 0
     try:
         wait_for(lambda: bool(store_opens), 30, 0.005, "the open to begin with no recovery asking")
-        assert consumer._fr.link.get() is not None  # type: ignore[union-attr]
+        assert mode_of(consumer).link.get() is not None
     finally:
         consumer.close()

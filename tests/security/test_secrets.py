@@ -22,7 +22,7 @@ from fastrecover.errors import FastRecoverError
 from fastrecover.store import build_engine, mask_url, open_store
 from fastrecover.store.engine import has_secret, url_for_child
 from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver
-from tests.integration.helpers import parallel_config
+from tests.integration.helpers import mode_of, parallel_config
 
 SECRET = "Zx9s3cr3tQ"
 FRAGMENTS = (SECRET, SECRET[:5], SECRET[-5:])
@@ -206,8 +206,8 @@ def test_consumer_logs_never_show_the_password(
     for url in (working, dead):
         consumer = Consumer(parallel_config(bootstrap, unique_group, url))
         try:
-            assert consumer._fr is not None
-            assert not _leaks(repr(consumer._fr.settings))
+            assert mode_of(consumer) is not None
+            assert not _leaks(repr(mode_of(consumer).settings))
             consumer.subscribe([topic])
             got = 0
             for _ in range(40):

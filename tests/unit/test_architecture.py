@@ -95,6 +95,10 @@ PURE_ALLOWANCES: dict[tuple[str, str], tuple[frozenset[str], str]] = {
 LAZY_IMPORTS = frozenset(
     {
         ("fastrecover", "fastrecover.consumer"),  # PEP 562: Consumer is imported on first use
+        # the mode's units are imported on a thread while the group join runs (fastrecover/startup.py)
+        ("fastrecover.startup", "fastrecover.parallel"),
+        ("fastrecover.consumer", "fastrecover.metrics"),  # metrics() of a mode-off or closed consumer
+        ("fastrecover.consumer", "fastrecover.recoverer"),  # PEP 562: the RecoveryReport re-export
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),
         ("fastrecover.store_link", "fastrecover.store"),  # open_store pulls in SQLAlchemy: only with the mode on

@@ -22,8 +22,7 @@ from hypothesis import strategies as st
 from fastrecover import _accel
 from fastrecover import steady as steady_module
 from fastrecover.consumer import Consumer
-from fastrecover.mode_state import FAST_CALLS, IDLE_SLICE_S
-from fastrecover.steady import SteadyGate
+from fastrecover.steady import FAST_CALLS, IDLE_SLICE_S, SteadyGate
 
 REFERENCE: Callable[..., Any] = getattr(Consumer.poll, "slow", Consumer.poll)
 RUN_TIMEOUT = 1.0  # one object: the loop constant whose identity the fast path checks

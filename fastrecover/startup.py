@@ -1,0 +1,185 @@
+"""What a mode-on consumer does at construction, and what it leaves to a thread until it is needed.
+
+A restarted consumer's first fresh record waits for the process to start, the group join and the
+recovery.  The join is mostly waiting on the broker: about 65 ms on a local broker, 50 of them idle
+in the caller's thread.  The mode's own modules (the recovery, the child, the store link, the commit
+router, their value types) take about as long to import, most of it Python creating their
+dataclasses.  Imported before construction they came first on that path, and made a small-lag
+restart slower than the plain client's.  So construction does only what must fail early (the
+configuration check, both librdkafka handles, the advice on static membership) and starts a thread
+that imports the rest; ``subscribe()`` sends the join to the broker before it waits for that import;
+and the first call that needs the mode builds it in the caller's thread, which owns both consumers.
+
+Until then the object is an instance of :func:`pending_class` of ``Consumer``: every method that
+depends on the mode first builds it, then runs as the built consumer's.  The mode is built at
+construction instead for a subclass of ``Consumer`` (its class is the application's to keep), and
+when every recovery waits for the store (``Settings.defers_store_open`` false): its open, about
+0.3 s, then begins at once, and the import's 50 ms no longer matter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka import TopicPartition
+
+from fastrecover.config import Settings
+from fastrecover.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fastrecover.parallel import ParallelMode
+
+log = logging.getLogger("fastrecover.consumer")
+
+_K = _KafkaConsumer
+#: the module whose import brings in the whole mode (it imports every unit the mode is made of)
+_MODE_MODULE = "fastrecover.parallel"
+C = TypeVar("C", bound=_KafkaConsumer)
+
+
+def child_handle(conf: dict[str, Any]) -> _KafkaConsumer:
+    """The child's librdkafka handle, made at construction.
+
+    A child configuration librdkafka refuses fails here, not at the first recovery: the child is
+    made of the application's settings, fastrecover's own (``fastrecover.backfill.*``) and the
+    ``fastrecover.child.*`` overrides, and the error names the setting librdkafka names.  Made now,
+    the handle connects while the primary joins the group, so the first recovery's question for
+    the cluster's id (a metadata request on this handle) costs a round trip, not a new client.
+    """
+    try:
+        return _KafkaConsumer(conf)
+    except Exception as exc:
+        raise ConfigError(
+            f"the child consumer's configuration (the application's settings, fastrecover.backfill.* and "
+            f"fastrecover.child.* overrides) is refused: {exc}"
+        ) from exc
+
+
+def advise_static_membership(conf: dict[str, Any]) -> None:
+    """Say once, at construction, why a crash will cost a session timeout, and what to set instead.
+
+    Fast recovery starts when the restarted process gets its partitions back. A dynamic member of
+    a classic group gets them only once the dead member's session expires; a static one at once.
+    """
+    if conf.get("group.instance.id") or str(conf.get("group.protocol", "classic")).lower() != "classic":
+        return
+    log.warning(
+        "group.instance.id is not set: after a crash, the restarted process gets its partitions back only "
+        "when the dead member's session expires (session.timeout.ms=%s ms) and fresh records wait that long; "
+        "give every member a stable group.instance.id (a host name, a StatefulSet ordinal) so that a restart "
+        "takes its partitions back at once",
+        conf.get("session.timeout.ms", 45000),
+    )
+
+
+def _import_mode() -> None:
+    try:
+        importlib.import_module(_MODE_MODULE)
+    except BaseException as exc:  # the caller's own import raises it again, with its traceback
+        log.debug("importing %s on the start-up thread failed: %r", _MODE_MODULE, exc)
+
+
+class PendingMode:
+    """What the mode is built from, and the thread importing its modules meanwhile."""
+
+    __slots__ = ("_thread", "child", "conf", "settings")
+
+    def __init__(self, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer) -> None:
+        self.conf = conf
+        self.settings = settings
+        self.child = child
+        self._thread = threading.Thread(target=_import_mode, name="fastrecover-startup", daemon=True)
+        self._thread.start()
+
+    def build(self, app: _KafkaConsumer) -> ParallelMode:
+        """The mode of ``app``, once the import is done (an import that failed raises here, as its own error)."""
+        self._thread.join()
+        return mode_class()(app, self.conf, self.settings, self.child)
+
+
+def mode_class() -> type[ParallelMode]:
+    from fastrecover.parallel import ParallelMode
+
+    return ParallelMode
+
+
+def _building(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._build_mode()
+        return getattr(self, name)(*args, **kwargs)
+
+    call.__name__ = name
+    call.__qualname__ = f"pending.{name}"
+    call.__doc__ = method.__doc__
+    return call
+
+
+def _building_property(name: str, prop: property) -> property:
+    def get(self: Any) -> Any:
+        self._build_mode()
+        return getattr(self, name)
+
+    return property(get, doc=prop.__doc__)
+
+
+def _relay(event: str) -> Callable[[Any, list[TopicPartition]], None]:
+    """A rebalance callback that reaches the built mode's hand-over (callbacks run only once it is built)."""
+
+    def call(consumer: Any, partitions: list[TopicPartition]) -> None:
+        getattr(consumer._fr.handover, event)(consumer, partitions)
+
+    call.__name__ = event
+    return call
+
+
+_RELAYS = {event: _relay(event) for event in ("on_assign", "on_revoke", "on_lost")}
+
+
+def pending_class(consumer: type[C]) -> type[C]:
+    """``consumer`` as it is until its mode is built: each public method builds the mode first.
+
+    ``consumer`` provides ``_build_mode()``, which builds the mode and makes the object an
+    instance of ``consumer`` itself.  ``subscribe()`` first hands the subscription to librdkafka (with
+    callbacks that reach the mode once built), so that the group join runs while the import finishes.
+    """
+    members: dict[str, Any] = {"__doc__": consumer.__doc__, "__module__": consumer.__module__}
+    for name, attr in vars(consumer).items():
+        if name.startswith("_"):  # __enter__/__exit__ reach the public methods; the private ones run built
+            continue
+        if isinstance(attr, property):
+            members[name] = _building_property(name, attr)
+        elif callable(attr):
+            members[name] = _building(name, attr)
+
+    def subscribe(
+        self: Any, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
+    ) -> None:
+        callbacks = (on_assign, on_revoke, on_lost)
+        if any(cb is not None and not callable(cb) for cb in callbacks):
+            self._build_mode()  # confluent_kafka's own error, from the built consumer's subscribe()
+            self.subscribe(topics, *callbacks)
+            return
+        _K.subscribe(self, topics, **_RELAYS)
+        self._build_mode().handover.subscribed(*callbacks)
+
+    subscribe.__doc__ = consumer.subscribe.__doc__
+    members["subscribe"] = subscribe
+
+    def close(self: Any) -> None:
+        try:
+            self._build_mode()
+        except BaseException:
+            # nothing of the mode runs yet: the two handles are all there is to close
+            self._pending.child.close()
+            _K.close(self)
+            raise
+        self.close()
+
+    close.__doc__ = consumer.close.__doc__
+    members["close"] = close
+    return type(f"_Pending{consumer.__name__}", (consumer,), members)
