@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastrecover.errors import ConfigError
 from fastrecover.secrets import is_secret_key as is_secret_key  # the one masker, shared with the store and Spark
@@ -113,8 +112,7 @@ def _owner(key: str, value: object) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class _Key:
+class _Key(NamedTuple):
     default: Any
     parse: Callable[[str, object], Any]
     doc: str
@@ -199,16 +197,19 @@ KEYS: dict[str, _Key] = {
 }
 
 
-@dataclass(frozen=True, repr=False)
-class Settings:
-    """The validated fastrecover settings of one consumer.
+class Settings(NamedTuple):
+    """The validated fastrecover settings of one consumer, immutable.
 
     repr() masks the store URL's secrets, the mirror key and secret child
-    overrides: settings end up in logs and tracebacks.
+    overrides: settings end up in logs and tracebacks.  A NamedTuple rather than a frozen
+    dataclass: creating the dataclass (and importing ``dataclasses``) cost 4 ms of every
+    mode-on consumer's start, before its group join.  :func:`split_config` fills every field;
+    the defaults serve tests (``store_url`` is then empty, and ``child_overrides`` must never be
+    changed in place: the empty dict is shared).
     """
 
     enabled: bool = False
-    store_url: str = field(default_factory=_default_store_url)
+    store_url: str = ""
     store_create: bool = True
     backfill_min_offsets: int = 100
     queue_max_messages: int = 100_000
@@ -221,7 +222,7 @@ class Settings:
     commit_interval_s: float = 0.2
     recovery_timeout_s: float = 10.0
     replay_max_offsets: int = 10_000
-    child_overrides: dict[str, Any] = field(default_factory=dict)
+    child_overrides: dict[str, Any] = {}  # never changed in place: see the class docstring
     commit_mirror_key: bytes | None = None
     store_lock_timeout_ms: int = 5_000
     store_statement_timeout_ms: int = 10_000
@@ -238,7 +239,7 @@ class Settings:
 
     def __repr__(self) -> str:
         shown: dict[str, Any] = {}
-        for name in self.__dataclass_fields__:
+        for name in self._fields:
             value = getattr(self, name)
             if name == "store_url":
                 value = _masked_url(value)
