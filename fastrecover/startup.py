@@ -93,7 +93,9 @@ class PendingMode:
         self.conf = conf
         self.settings = settings
         self.child = child
-        self._thread = threading.Thread(target=_import_mode, name="fastrecover-startup", daemon=True)
+        # Not a daemon: an interpreter that exits within the import's 50 ms waits for it, instead of
+        # freezing a thread that may hold an import lock its own shutdown needs.
+        self._thread = threading.Thread(target=_import_mode, name="fastrecover-startup")
         self._thread.start()
 
     def build(self, app: _KafkaConsumer) -> ParallelMode:

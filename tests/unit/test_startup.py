@@ -1,0 +1,140 @@
+"""A mode-on consumer's construction leaves the mode's import to a thread and builds it at first use.
+
+No broker: librdkafka connects lazily, so a consumer pointed at a closed port constructs, builds its
+mode and closes without one.  What the pending state must guarantee:
+
+* importing ``fastrecover.consumer`` does not import the mode's units (the import the thread does);
+* until the first call that needs the mode the object is a pending subclass, and every public
+  method of ``Consumer`` builds the mode first, then answers as ``Consumer``'s;
+* the mode is built at construction where the overlap cannot apply (an application's subclass)
+  or does not pay (every recovery waits for the store).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastrecover.consumer import Consumer
+
+#: a port nothing listens on: construction and close need no broker
+NOWHERE = "127.0.0.1:9"
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": NOWHERE,
+        "group.id": "startup-test",
+        "group.instance.id": "startup-test-1",
+        "enable.parallel.rebalance": True,
+        "fastrecover.store.url": f"sqlite:///{tmp_path / 'store.db'}",
+    }
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[Consumer]]:
+    made: list[Consumer] = []
+    yield made
+    for consumer in made:
+        consumer.close()
+
+
+def test_importing_the_consumer_leaves_the_mode_to_the_startup_thread() -> None:
+    code = (
+        "import sys; import fastrecover.consumer; "
+        "units = ('fastrecover.parallel', 'fastrecover.mode_state', 'fastrecover.recoverer', "
+        "'fastrecover.child', 'fastrecover.store_link', 'fastrecover.book'); "
+        "print(','.join(u for u in units if u in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "", f"imported with the consumer: {done.stdout.strip()}"
+
+
+def test_a_mode_on_consumer_is_pending_until_a_call_needs_the_mode(
+    conf: dict[str, Any], consumers: list[Consumer]
+) -> None:
+    consumer = Consumer(conf)
+    consumers.append(consumer)
+    assert isinstance(consumer, Consumer) and type(consumer) is not Consumer
+    assert consumer._fr is None
+    assert consumer.parallel_rebalance_enabled, "the first call builds the mode and answers"
+    assert type(consumer) is Consumer and consumer._fr is not None and consumer._gate is consumer._fr.gate
+
+
+def _calls() -> dict[str, Callable[[Consumer], object]]:
+    """One call of each public method and property of Consumer that needs no broker."""
+    return {
+        "child_consumer_is_alive": lambda c: c.child_consumer_is_alive(),
+        "parallel_rebalance_enabled": lambda c: c.parallel_rebalance_enabled,
+        "backfill_progress": lambda c: c.backfill_progress(),
+        "recoveries": lambda c: c.recoveries,
+        "children_started": lambda c: c.children_started,
+        "child_restarts": lambda c: c.child_restarts,
+        "metrics": lambda c: c.metrics(),
+        "poll": lambda c: c.poll(0),
+        "consume": lambda c: c.consume(1, 0),
+        "pause": lambda c: c.pause([]),
+        "resume": lambda c: c.resume([]),
+        "assign": lambda c: c.assign([]),
+        "incremental_assign": lambda c: c.incremental_assign([]),
+        "unassign": lambda c: c.unassign(),
+        "incremental_unassign": lambda c: c.incremental_unassign([]),
+        "set_sasl_credentials": lambda c: c.set_sasl_credentials("u", "p"),
+    }
+
+
+def test_the_calls_cover_every_public_member_but_those_that_need_a_broker() -> None:
+    public = {name for name in vars(Consumer) if not name.startswith("_")}
+    needs_a_broker = {"commit", "store_offsets", "committed", "subscribe", "seek", "close"}
+    assert public == set(_calls()) | needs_a_broker
+
+
+@pytest.mark.parametrize("name", sorted(_calls()))
+def test_each_public_member_builds_the_mode_first(name: str, conf: dict[str, Any], consumers: list[Consumer]) -> None:
+    consumer = Consumer(conf)
+    consumers.append(consumer)
+    assert consumer._fr is None
+    _calls()[name](consumer)
+    assert type(consumer) is Consumer and consumer._fr is not None
+
+
+def test_close_of_a_pending_consumer_builds_and_closes_the_mode(conf: dict[str, Any]) -> None:
+    consumer = Consumer(conf)
+    consumer.close()
+    assert type(consumer) is Consumer and consumer._fr is None
+    with pytest.raises(RuntimeError, match="Consumer closed"):
+        consumer.poll(0)
+
+
+def test_a_subclass_is_built_at_construction_and_keeps_its_class(
+    conf: dict[str, Any], consumers: list[Consumer]
+) -> None:
+    class Application(Consumer):  # type: ignore[misc]
+        pass
+
+    consumer = Application(conf)
+    consumers.append(consumer)
+    assert type(consumer) is Application and consumer._fr is not None
+
+
+def test_a_store_every_recovery_waits_for_is_built_at_construction(
+    conf: dict[str, Any], consumers: list[Consumer]
+) -> None:
+    consumer = Consumer({**conf, "fastrecover.recovery.replay.max.offsets": 0})
+    consumers.append(consumer)
+    assert type(consumer) is Consumer and consumer._fr is not None
+
+
+def test_the_mode_off_is_confluent_kafkas_own_from_the_start(conf: dict[str, Any]) -> None:
+    consumer = Consumer({**conf, "enable.parallel.rebalance": False})
+    try:
+        assert consumer._fr is None and not consumer.parallel_rebalance_enabled
+        assert type(consumer).poll is not Consumer.poll, "confluent_kafka's own methods"
+    finally:
+        consumer.close()
