@@ -50,3 +50,30 @@ def test_a_zombie_s_first_records_of_a_range_after_its_thaw_are_duplicates_too()
     assert analyze(produced, ledger).concurrent_backfills == 1
     v = analyze(produced, ledger, frozen={"m1#1": [(1500, 2050)]})
     assert v.concurrent_backfills == 0 and v.zombie_deliveries == 1 and v.ok
+
+
+def test_an_incarnation_claiming_a_range_again_after_another_is_no_concurrent_backfill() -> None:
+    """Its windows are two claims: epoch 1 before the other's epoch 2, epoch 3 after it (chaos seed 2424)."""
+    produced = [Produced("t", 0, o, o, 0) for o in range(6)]
+    ledger = [
+        _entry(0, 1000, "m1#1", 1),  # m1 backfills range #7 at epoch 1, then stops reading it (frozen, let go on)
+        _entry(1, 1100, "m1#1", 1),
+        _entry(2, 2000, "m2#1", 2),  # m2 got the partition and claimed the range (epoch 2)
+        _entry(3, 2100, "m2#1", 2),
+        _entry(4, 3000, "m1#1", 3),  # the partition came back to m1: it claimed the range anew (epoch 3)
+        _entry(5, 3100, "m1#1", 3),
+    ]
+    v = analyze(produced, ledger)
+    assert v.concurrent_backfills == 0 and v.epoch_conflicts == 0 and v.ok, v.fencing_sample
+
+
+def test_two_claims_delivering_at_the_same_time_are_still_a_concurrent_backfill() -> None:
+    produced = [Produced("t", 0, o, o, 0) for o in range(4)]
+    ledger = [
+        _entry(0, 1000, "m1#1", 1),
+        _entry(1, 2000, "m2#1", 2),  # m2 claimed epoch 2 while m1 (not frozen) went on with epoch 1
+        _entry(2, 2500, "m1#1", 1),
+        _entry(3, 2600, "m2#1", 2),
+    ]
+    v = analyze(produced, ledger)
+    assert v.concurrent_backfills == 1 and not v.ok

@@ -494,7 +494,9 @@ def _range_stats(
     v.ranges_finished = v.ranges_opened - v.ranges_open
     v.range_claims = sum(max(0, t.epoch - 1) for t in tokens)
     holders: dict[tuple[int, int, int], set[str]] = defaultdict(set)
-    windows: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(dict)
+    # One window per claim (incarnation, epoch): an incarnation that claims a range again after
+    # another's claim (its partition came back) owns a new epoch, and its two windows are two claims.
+    windows: dict[tuple[int, int], dict[tuple[str, int], list[int]]] = defaultdict(dict)
     zombie = _zombie_entries(ledger, frozen) if frozen else set()
     v.zombie_deliveries = len(zombie)
     for i, e in enumerate(ledger):
@@ -505,9 +507,10 @@ def _range_stats(
         holders[(e.token, e.epoch or 0, era)].add(e.incarnation)
         if i in zombie:
             continue  # its epoch is counted above; its time is no second owner's backfill
-        w = windows[(e.token, era)].get(e.incarnation)
+        claim = (e.incarnation, e.epoch or 0)
+        w = windows[(e.token, era)].get(claim)
         if w is None:
-            windows[(e.token, era)][e.incarnation] = [e.done_ms, e.done_ms]
+            windows[(e.token, era)][claim] = [e.done_ms, e.done_ms]
         else:
             w[0] = min(w[0], e.done_ms)
             w[1] = max(w[1], e.done_ms)
@@ -518,10 +521,13 @@ def _range_stats(
             v.fencing_sample.append(f"range #{token} epoch {epoch} held by {sorted(incs)}")
     for (token, _era), by_inc in sorted(windows.items()):
         ordered = sorted(by_inc.items(), key=lambda kv: kv[1][0])
-        for (a, wa), (b, wb) in itertools.pairwise(ordered):
-            if wb[0] < wa[1]:
+        for ((a, ea), wa), ((b, eb), wb) in itertools.pairwise(ordered):
+            if wb[0] < wa[1] and a != b:
                 v.concurrent_backfills += 1
-                v.fencing_sample.append(f"range #{token}: {b} delivered from {wb[0]} while {a} still did until {wa[1]}")
+                v.fencing_sample.append(
+                    f"range #{token}: {b} (epoch {eb}) delivered from {wb[0]} while {a} (epoch {ea}) still did "
+                    f"until {wa[1]}"
+                )
                 break
 
 
