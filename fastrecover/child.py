@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover import hooks
 from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, batch_offsets, cut_batch, partition_runs

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover import hooks
 from fastrecover.batches import partition_runs

@@ -17,8 +17,8 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.batches import GapEvent, SkipEvent
 from fastrecover.book import RangeBook

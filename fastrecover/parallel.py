@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import Message, TopicPartition
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.commits import CommitRouter
 from fastrecover.config import Settings

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
-from confluent_kafka import Consumer as _KafkaConsumer
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.book import RangeBook
 from fastrecover.codec import Marker, lineage_cluster, new_lineage

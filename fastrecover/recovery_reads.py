@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.book import mirror_context
 from fastrecover.codec import Marker, cluster_label, read_marker

@@ -17,8 +17,8 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover import hooks
 from fastrecover.book import Held, RangeBook

@@ -25,8 +25,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import TopicPartition
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.config import Settings
 from fastrecover.errors import ConfigError

@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import Message
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover._accel import StateBase
 

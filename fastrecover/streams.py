@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import cast
 
-from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, Message
+from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.batches import Run
 from fastrecover.mode_state import ModeParts

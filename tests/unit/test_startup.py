@@ -138,3 +138,27 @@ def test_the_mode_off_is_confluent_kafkas_own_from_the_start(conf: dict[str, Any
         assert type(consumer).poll is not Consumer.poll, "confluent_kafka's own methods"
     finally:
         consumer.close()
+
+
+def test_the_mode_built_later_is_immune_to_a_replaced_confluent_kafka_consumer(tmp_path: Path) -> None:
+    """The mode's modules are imported after construction, maybe after an application or a test harness
+    replaced ``confluent_kafka.Consumer`` (confluent's own tests/test_Consumer.py run against us does):
+    they bind librdkafka's class from ``confluent_kafka.cimpl``, never the package's name."""
+    code = f"""
+import confluent_kafka
+from fastrecover import Consumer
+
+class Replaced(Consumer):
+    pass
+
+confluent_kafka.Consumer = Replaced
+consumer = Consumer({{"bootstrap.servers": "{NOWHERE}", "group.id": "g", "group.instance.id": "i",
+                     "enable.parallel.rebalance": True,
+                     "fastrecover.store.url": "sqlite:///{tmp_path / "store.db"}"}})
+consumer.subscribe(["t"])
+assert consumer.poll(0) is None
+consumer.close()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
