@@ -18,20 +18,26 @@ record counts and its cost per record is ``(Ir(N2) - Ir(N1)) / (N2 - N1)``, so w
 spends once (the marker, the loop's first and last fetch) cancels.  Variants are interleaved and
 every cell is repeated; the median and the spread ``(max - min) / median`` are reported.
 
+The mode-on consumer's tick (its periodic work, every 50 ms of wall clock, in the caller's thread)
+is the one part whose count follows time rather than records: under callgrind a second holds about
+50 times fewer records, so every record would carry about 50 times its native share of the tick, a
+share set by the machine's load.  The worker therefore multiplies the tick period by ``--tick-scale``
+(50, about callgrind's slowdown; see :func:`slow_ticks`), which puts about as many records between
+two ticks as natively; plain has no tick.  ``auto.commit.interval.ms`` (the cadence of librdkafka's
+auto-commit and of the mode's range commits) is stretched by the same factor, for every variant.
+
 What the count shows: the work of the Python layer and the C extension per record, and the part of
 librdkafka (queue pops, message destruction) done in the caller's thread, which is the same code
 for every variant.  What it does not show: time.  Cache misses, branch mispredictions, lock
 contention with librdkafka's threads, and work moved onto other threads do not appear; a change
-that trades instructions for memory traffic can count fewer and run slower.  Work that happens on
-a timer (the auto-commit cadence) is counted per record at valgrind's speed, about 50 times
-slower than native, so it weighs about 50 times less than it does natively; its per-call checks
-are counted in full.  Use it to bound a steady-path change's cost, next to the timing runs, not
-instead of them.
+that trades instructions for memory traffic can count fewer and run slower.  Use it to bound a
+steady-path change's cost, next to the timing runs, not instead of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -57,6 +63,13 @@ PLAIN = "plain"
 APIS = ("poll", "consume")
 ZERO_MARKER = "zlib_adler32"
 """A C function nothing else in the process calls (``zlib.adler32``): ``--zero-before`` zeroes the counters there."""
+
+TICK_CONSTANTS = (("fastrecover.steady", "TICK_S"), ("fastrecover.parallel", "_TICK_S"))
+"""Where the mode-on consumer's tick period lives: since the units were composed, and before."""
+AUTO_COMMIT_MS = 5000
+"""librdkafka's default auto-commit interval, which the mode also uses for its range commits."""
+TICK_SCALE = 50.0
+"""About callgrind's slowdown: the tick period times this puts about as many records between ticks as natively."""
 
 _TOOLS_ROOT = Path(__file__).resolve().parents[2]
 _BUILD = """
@@ -125,7 +138,8 @@ def rotated(items: Sequence[str], by: int) -> list[str]:
 # One run, in a process under callgrind (``--worker``).
 
 
-def _consumer(variant: str, bootstrap: str, topic: str, store_url: str) -> Any:
+def _consumer(variant: str, bootstrap: str, store_url: str, tick_scale: float) -> Any:
+    """The quickstart's consumer; its commit cadence stretched as the tick is (see :func:`slow_ticks`)."""
     tag = uuid.uuid4().hex[:8]
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -133,6 +147,7 @@ def _consumer(variant: str, bootstrap: str, topic: str, store_url: str) -> Any:
         "group.instance.id": f"instr-{tag}",
         "auto.offset.reset": "earliest",
         "enable.auto.commit": True,
+        "auto.commit.interval.ms": int(AUTO_COMMIT_MS * tick_scale),
         "session.timeout.ms": 30_000,
     }
     if variant == PLAIN:
@@ -144,12 +159,37 @@ def _consumer(variant: str, bootstrap: str, topic: str, store_url: str) -> Any:
     return Consumer({**conf, "enable.parallel.rebalance": True, "fastrecover.store.url": store_url})
 
 
-def worker(variant: str, api: str, records: int, batch: int, bootstrap: str, topic: str, store_url: str) -> int:
+def slow_ticks(scale: float) -> list[str]:
+    """The mode's tick period times ``scale``, wherever this commit keeps it; which constants were changed.
+
+    The tick (the mode's periodic work, every 50 ms of wall clock, in the caller's thread) comes once
+    per so many *seconds*; under callgrind a second holds about 50 times fewer records, so unscaled,
+    every record would carry about 50 times its native share of the tick, and that share would follow
+    the machine's load (which sets callgrind's speed), not the code.
+    """
+    changed = []
+    for module_name, name in TICK_CONSTANTS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if isinstance(getattr(module, name, None), float):
+            setattr(module, name, getattr(module, name) * scale)
+            changed.append(f"{module_name}.{name}")
+    if not changed:
+        raise RuntimeError(f"no tick period found in {[f'{m}.{n}' for m, n in TICK_CONSTANTS]}")
+    return changed
+
+
+def worker(
+    variant: str, api: str, records: int, batch: int, bootstrap: str, topic: str, store_url: str, tick_scale: float
+) -> int:
     """Join, take the first record, zero the counters, read ``records`` records, print how many, ``os._exit``.
 
     Nothing closes the consumer: ``close()`` is a fixed cost that only adds noise to the difference.
     """
-    consumer = _consumer(variant, bootstrap, topic, store_url)
+    scaled = slow_ticks(tick_scale) if variant != PLAIN else []
+    consumer = _consumer(variant, bootstrap, store_url, tick_scale)
     consumer.subscribe([topic])
     deadline = time.monotonic() + 300  # a join under valgrind, which serializes every thread
     while True:
@@ -186,7 +226,7 @@ def worker(variant: str, api: str, records: int, batch: int, bootstrap: str, top
                 if msg.error() is None:
                     msg.value()
                     got += 1
-    sys.stdout.write(json.dumps({"records": got}) + "\n")
+    sys.stdout.write(json.dumps({"records": got, "ticks_scaled": scaled}) + "\n")
     sys.stdout.flush()
     os._exit(0)
 
@@ -269,8 +309,9 @@ def run_once(
     python: str,
     valgrind: str,
     timeout: float,
-) -> tuple[int, int]:
-    """One process under callgrind: ``(records read, Ir of thread 1 from the zeroing to the exit)``."""
+    tick_scale: float,
+) -> tuple[int, int, list[str]]:
+    """One process under callgrind: records read, Ir of thread 1 from the zeroing to the exit, the tick constants."""
     tag = uuid.uuid4().hex[:8]
     out = workdir / f"cg-{tag}"
     store = workdir / f"store-{tag}.db"
@@ -293,11 +334,13 @@ def run_once(
         f"--bootstrap={bootstrap}",
         f"--topic={topic}",
         f"--store-url=sqlite:///{store}",
+        f"--tick-scale={tick_scale}",
     ]
     proc = subprocess.run(cmd, env=_env(variant), capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{variant.name}/{api}/{records}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    got = int(json.loads(proc.stdout.strip().splitlines()[-1])["records"])
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    got, scaled = int(said["records"]), list(said["ticks_scaled"])
     if got < records:
         raise RuntimeError(f"{variant.name}/{api}/{records}: read {got} of {records} records")
     main_thread = Path(f"{out}-01")  # thread 1: the interpreter's main thread, the caller
@@ -308,7 +351,7 @@ def run_once(
         path.unlink()
     for path in workdir.glob(f"store-{tag}*"):
         path.unlink()
-    return got, ir
+    return got, ir, scaled
 
 
 def _versions(python: str, valgrind: str) -> dict[str, str]:
@@ -334,6 +377,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     create_topic(bootstrap, topic, PARTITIONS)
     produce_fast(bootstrap, topic, large + 2 * args.batch + 1000, PARTITIONS)
     raw: dict[str, dict[str, list[dict[str, float]]]] = {}
+    tick_constants: dict[str, list[str]] = {}
     try:
         with worktrees(Path(args.repo), args.commits.split(","), workdir, args.python) as variants:
             for v in variants:
@@ -344,9 +388,9 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
             for rep in range(args.repeats):
                 for api in apis:
                     for name in rotated(names, rep):
-                        runs = {}
+                        runs: dict[int, tuple[int, int]] = {}
                         for n in (small, large):
-                            runs[n] = run_once(
+                            got, ir, scaled = run_once(
                                 by_name[name],
                                 api,
                                 n,
@@ -357,7 +401,10 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
                                 python=args.python,
                                 valgrind=args.valgrind,
                                 timeout=args.timeout,
+                                tick_scale=args.tick_scale,
                             )
+                            runs[n] = (got, ir)
+                            tick_constants[name] = scaled
                         value = per_record(runs[small], runs[large])
                         raw[name][api].append(
                             {
@@ -370,23 +417,27 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
                         )
                         cell = {"repeat": rep + 1, "api": api, "variant": name, **raw[name][api][-1]}
                         print(json.dumps(cell), flush=True)  # a partial run keeps its numbers
+                        if args.json:
+                            done = report(raw, {}, tick_constants, apis, small, large, args)
+                            args.json.write_text(json.dumps(done, indent=2) + "\n", encoding="utf-8")
             commits = {v.name: v.commit for v in variants if v.commit}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return report(raw, commits, apis, small, large, args, bootstrap)
+    return report(raw, commits, tick_constants, apis, small, large, args)
 
 
 def report(
     raw: dict[str, dict[str, list[dict[str, float]]]],
     commits: dict[str, str],
+    tick_constants: dict[str, list[str]],
     apis: Sequence[str],
     small: int,
     large: int,
     args: argparse.Namespace,
-    bootstrap: str,
 ) -> dict[str, Any]:
     names = list(raw)
     fastrecovers = [n for n in names if n != PLAIN]
+    apis = [api for api in apis if all(raw[n][api] for n in names)]  # a partial run: the complete apis
     cells = {n: {api: summarize([r["ir_per_record"] for r in raw[n][api]]) for api in apis} for n in names}
     ratios: dict[str, dict[str, float]] = {}
     for api in apis:
@@ -405,7 +456,9 @@ def report(
         "command": "python -m fastrecover_tools.bench.steady_instructions " + " ".join(args.argv),
         "topic": {"partitions": PARTITIONS, "value_bytes": VALUE_SIZE},
         "consume_batch": args.batch,
-        "commits": commits,
+        "tick_scale": args.tick_scale,
+        "tick_constants_scaled": {n: c for n, c in tick_constants.items() if c},
+        "commits": commits or {n: n.partition("@")[2] for n in fastrecovers},
         "versions": _versions(args.python, args.valgrind),
         "ir_per_record": cells,
         "ratios": ratios,
@@ -429,6 +482,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, nargs=2, default=[10_000, 60_000], help="the two record counts")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch", type=int, default=500, help="consume()'s num_messages")
+    parser.add_argument(
+        "--tick-scale",
+        type=float,
+        default=TICK_SCALE,
+        help=f"the mode's tick period times this (default {TICK_SCALE:g})",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one run under valgrind may take")
     parser.add_argument("--python", default=sys.executable, help="the interpreter to run under valgrind")
     parser.add_argument("--valgrind", default="valgrind")
@@ -441,7 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = [a for a in argv if not a.startswith("--bootstrap")]
     if args.worker:
-        return worker(args.variant, args.api, args.count, args.batch, args.bootstrap, args.topic, args.store_url)
+        return worker(
+            args.variant, args.api, args.count, args.batch, args.bootstrap, args.topic, args.store_url, args.tick_scale
+        )
     broker = None
     bootstrap = args.bootstrap or os.environ.get("FASTRECOVER_BOOTSTRAP")
     if not bootstrap:
