@@ -361,7 +361,7 @@ def _versions(python: str, valgrind: str) -> dict[str, str]:
         "valgrind": subprocess.run([valgrind, "--version"], capture_output=True, text=True, check=True).stdout.strip(),
         "python": platform.python_version(),
         "python_executable": python,
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": str(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
     }
 
