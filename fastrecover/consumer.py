@@ -81,11 +81,11 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             super().__init__(primary_conf)
             advise_static_membership(conf)
             self._pending = PendingMode(conf, settings, child)
+            if type(self) is not _PendingConsumer or not settings.defers_store_open:  # built now: startup.py says why
+                self._build_mode()
         except BaseException:
             child.close()
             raise
-        if type(self) is not _PendingConsumer or not settings.defers_store_open:  # built now: startup.py says why
-            self._build_mode()
 
     def _build_mode(self) -> ParallelMode:
         """Build the mode, its modules imported since construction, in the caller's thread (startup.py)."""
