@@ -4,7 +4,8 @@ It *is* a ``confluent_kafka.Consumer`` (a subclass): ``isinstance`` holds, the
 application's object is what rebalance callbacks receive, and a subclass's
 overrides run.  With the mode off an instance of this class gets librdkafka's
 own methods, untouched (see :class:`_PlainMode`).  With it on, the methods the
-KIP changes delegate to :class:`~fastrecover.parallel.ParallelMode`; every
+KIP changes delegate to :class:`~fastrecover.parallel.ParallelMode`, built at
+the first call that needs it (``_PendingConsumer`` until then: startup.py); every
 other method is the primary's own.  Arguments a fast path does not recognise
 are handed to confluent_kafka's own method, so a wrong argument fails exactly
 as it does there.
