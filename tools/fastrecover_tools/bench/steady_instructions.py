@@ -49,7 +49,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import sysconfig
@@ -62,6 +61,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fastrecover_tools.bench.report import Stat
 
 PARTITIONS = 3
 VALUE_SIZE = 100
@@ -107,14 +108,15 @@ def per_record(small: tuple[int, int], large: tuple[int, int]) -> float:
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
     """Median, extremes and the spread ``(max - min) / median`` of one cell's repeats."""
-    if not values:
+    stat = Stat.of(values)  # the bench's own statistics over repeats
+    if stat.median is None or stat.low is None or stat.high is None:
         raise ValueError("no values")
-    median = statistics.median(values)
+    median = stat.median
     return {
         "median": round(median, 1),
-        "min": round(min(values), 1),
-        "max": round(max(values), 1),
-        "spread": round((max(values) - min(values)) / median, 5) if median else float("nan"),
+        "min": round(stat.low, 1),
+        "max": round(stat.high, 1),
+        "spread": round((stat.high - stat.low) / median, 5) if median else float("nan"),
     }
 
 
