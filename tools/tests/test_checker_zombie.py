@@ -77,3 +77,16 @@ def test_two_claims_delivering_at_the_same_time_are_still_a_concurrent_backfill(
     ]
     v = analyze(produced, ledger)
     assert v.concurrent_backfills == 1 and not v.ok
+
+
+def test_a_short_later_claim_does_not_hide_another_incarnation_s_overlap() -> None:
+    produced = [Produced("t", 0, o, o, 0) for o in range(5)]
+    ledger = [
+        _entry(0, 1000, "m1#1", 1),  # m1 delivers at epoch 1 from 1000 ...
+        _entry(1, 1200, "m1#1", 3),  # ... a claim of its own at epoch 3, briefly
+        _entry(2, 1500, "m2#1", 2),  # m2 at epoch 2 while m1's epoch-1 window is still open
+        _entry(3, 1600, "m2#1", 2),
+        _entry(4, 2000, "m1#1", 1),  # m1 (not frozen) still at epoch 1
+    ]
+    v = analyze(produced, ledger)
+    assert v.concurrent_backfills == 1, v.fencing_sample

@@ -38,7 +38,6 @@ Operator actions (:class:`OperatorLog`) change what "delivered" means:
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -519,16 +518,31 @@ def _range_stats(
         if len(incs) > 1:
             v.epoch_conflicts += 1
             v.fencing_sample.append(f"range #{token} epoch {epoch} held by {sorted(incs)}")
-    for (token, _era), by_inc in sorted(windows.items()):
-        ordered = sorted(by_inc.items(), key=lambda kv: kv[1][0])
-        for ((a, ea), wa), ((b, eb), wb) in itertools.pairwise(ordered):
-            if wb[0] < wa[1] and a != b:
-                v.concurrent_backfills += 1
-                v.fencing_sample.append(
-                    f"range #{token}: {b} (epoch {eb}) delivered from {wb[0]} while {a} (epoch {ea}) still did "
-                    f"until {wa[1]}"
-                )
-                break
+    for (token, _era), by_claim in sorted(windows.items()):
+        found = _first_overlap(by_claim)
+        if found is not None:
+            (a, ea, wa), (b, eb, wb) = found
+            v.concurrent_backfills += 1
+            v.fencing_sample.append(
+                f"range #{token}: {b} (epoch {eb}) delivered from {wb[0]} while {a} (epoch {ea}) still did "
+                f"until {wa[1]}"
+            )
+
+
+def _first_overlap(
+    by_claim: Mapping[tuple[str, int], list[int]],
+) -> tuple[tuple[str, int, list[int]], tuple[str, int, list[int]]] | None:
+    """The first two claims of different incarnations whose delivery windows overlap, in start order.
+
+    Every earlier window is compared, not only the previous one: an incarnation's short later claim
+    between them must not hide another incarnation's overlap with its long earlier one.
+    """
+    ordered = sorted(by_claim.items(), key=lambda kv: kv[1][0])
+    for j, ((b, eb), wb) in enumerate(ordered):
+        for (a, ea), wa in ordered[:j]:
+            if a != b and wb[0] < wa[1]:
+                return (a, ea, wa), (b, eb, wb)
+    return None
 
 
 # ---- reading the inputs ------------------------------------------------------------------------
