@@ -19,8 +19,11 @@ when every recovery waits for the store (``Settings.defers_store_open`` false): 
 
 from __future__ import annotations
 
+import _thread
+import atexit
 import importlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -77,30 +80,61 @@ def advise_static_membership(conf: dict[str, Any]) -> None:
     )
 
 
-def _import_mode() -> None:
-    try:
-        importlib.import_module(_MODE_MODULE)
-    except BaseException as exc:  # the caller's own import raises it again, with its traceback
-        log.debug("importing %s on the start-up thread failed: %r", _MODE_MODULE, exc)
+class _ModeImport:
+    """The import of the mode's modules on a thread of its own, started once per process.
+
+    A ``threading.Thread`` would cost its ``start()``: it waits until the new thread runs, and that
+    thread then holds the GIL while it imports, so the caller gets it back only at the next forced
+    switch (5 ms), before it has even sent the join.  This thread is started without that handshake.
+    It is not a daemon in effect: an interpreter that exits within the import waits for it (atexit),
+    instead of freezing a thread that may hold an import lock its own shutdown needs.
+    """
+
+    _lock = threading.Lock()
+    _done: threading.Event | None = None
+    _pid = 0
+
+    @classmethod
+    def start(cls) -> None:
+        with cls._lock:
+            if cls._done is not None and cls._pid == os.getpid():
+                return
+            done = threading.Event()
+            cls._done, cls._pid = done, os.getpid()
+            atexit.register(done.wait)
+            _thread.start_new_thread(cls._run, (done,))
+
+    @staticmethod
+    def _run(done: threading.Event) -> None:
+        try:
+            importlib.import_module(_MODE_MODULE)
+        except BaseException as exc:  # the caller's own import raises it again, with its traceback
+            log.debug("importing %s on the start-up thread failed: %r", _MODE_MODULE, exc)
+        finally:
+            done.set()
+
+    @classmethod
+    def wait(cls) -> None:
+        """Until the import has ended; in a forked child, whose copy of the thread never runs, at once."""
+        done = cls._done
+        if done is not None and cls._pid == os.getpid():
+            done.wait()
 
 
 class PendingMode:
-    """What the mode is built from, and the thread importing its modules meanwhile."""
+    """What the mode is built from, while its modules are imported on a thread of their own."""
 
-    __slots__ = ("_thread", "child", "conf", "settings")
+    __slots__ = ("child", "conf", "settings")
 
     def __init__(self, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer) -> None:
         self.conf = conf
         self.settings = settings
         self.child = child
-        # Not a daemon: an interpreter that exits within the import's 50 ms waits for it, instead of
-        # freezing a thread that may hold an import lock its own shutdown needs.
-        self._thread = threading.Thread(target=_import_mode, name="fastrecover-startup")
-        self._thread.start()
+        _ModeImport.start()
 
     def build(self, app: _KafkaConsumer) -> ParallelMode:
         """The mode of ``app``, once the import is done (an import that failed raises here, as its own error)."""
-        self._thread.join()
+        _ModeImport.wait()
         return mode_class()(app, self.conf, self.settings, self.child)
 
 

@@ -162,3 +162,32 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_an_interpreter_that_exits_during_the_import_waits_for_it(tmp_path: Path) -> None:
+    """The import runs on a thread started without ``threading.Thread``'s handshake, so nothing joins it at
+    exit on its own: the exit waits for it (atexit), and a hook registered before the consumer (so run
+    after that wait) finds the mode imported, in an exit that leaves cleanly."""
+    code = f"""
+import atexit, sys
+from fastrecover import Consumer
+
+atexit.register(lambda: print("imported" if "fastrecover.parallel" in sys.modules else "not imported"))
+Consumer({{"bootstrap.servers": "{NOWHERE}", "group.id": "g", "group.instance.id": "i",
+          "enable.parallel.rebalance": True, "fastrecover.store.url": "sqlite:///{tmp_path / "store.db"}"}})
+sys.exit(0)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "imported"
+
+
+def test_two_pending_consumers_share_one_import(conf: dict[str, Any], consumers: list[Consumer]) -> None:
+    from fastrecover.startup import _ModeImport
+
+    consumers.extend([Consumer(conf), Consumer({**conf, "group.id": "startup-test-2"})])
+    started = _ModeImport._done
+    assert started is not None
+    for consumer in consumers:
+        assert consumer.parallel_rebalance_enabled
+    assert _ModeImport._done is started and started.is_set()
