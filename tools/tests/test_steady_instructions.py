@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from fastrecover_tools.bench.steady_instructions import callgrind_total, per_record, ratio, rotated, summarize
+from fastrecover_tools.bench.steady_instructions import (
+    callgrind_total,
+    inclusive_cost,
+    per_record,
+    ratio,
+    rotated,
+    summarize,
+    wrapper_share,
+)
 
 
 def test_per_record_cancels_the_fixed_cost() -> None:
@@ -59,3 +67,26 @@ def test_rotated_starts_each_repeat_with_another_variant() -> None:
     names = ["plain", "a", "b"]
     assert [rotated(names, r)[0] for r in range(4)] == ["plain", "a", "b", "plain"]
     assert sorted(rotated(names, 2)) == sorted(names)
+
+
+ANNOTATED = """\
+--------------------------------------------------------------------------------
+Ir                   file:function
+--------------------------------------------------------------------------------
+73,937,114 (100.0%)  /src/Python/ceval.c:_PyEval_EvalFrameDefault [/lib/libpython3.11.so.1.0]
+54,748,358 (74.05%)  ???:Consumer_consume [/site-packages/confluent_kafka/cimpl.so]
+ 6,465,241 ( 8.74%)  /src/Objects/listobject.c:list_dealloc [/lib/libpython3.11.so.1.0]
+ 6,232,047 ( 8.43%)  ???:Message_dealloc [/site-packages/confluent_kafka/cimpl.so]
+ 1,000 ( 0.01%)  ???:Message_dealloc'2 [/site-packages/confluent_kafka/cimpl.so]
+ 1,040,000 ( 1.41%)  ???:Message_value [/site-packages/confluent_kafka/cimpl.so]
+"""
+
+
+def test_inclusive_cost_sums_the_named_functions_only() -> None:
+    assert inclusive_cost(ANNOTATED, ("Consumer_consume", "Message_dealloc")) == 54_748_358 + 6_232_047
+    assert inclusive_cost(ANNOTATED, ("Consumer_poll",)) == 0
+
+
+def test_wrapper_share_is_a_fraction_of_the_reference_whole() -> None:
+    assert wrapper_share(700.0, 650.0, 3600.0) == round(50 / 3600, 5)
+    assert wrapper_share(650.0, 700.0, 3600.0) < 0

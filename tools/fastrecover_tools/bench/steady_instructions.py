@@ -38,6 +38,14 @@ from run to run, and a per-function comparison of two such runs puts most of the
 glibc's malloc (``_int_malloc``, ``unlink_chunk``): the heap's history, which the consumer's other
 threads (the store's open, the startup import, librdkafka's) shape differently in every run.  A
 difference between commits smaller than that spread needs more repeats than the default five.
+
+So each count is also split in two with ``callgrind_annotate``: the *client's* share, the inclusive
+cost of confluent_kafka's C poll/consume and of a record's release (:data:`CLIENT_FUNCTIONS`), where
+nearly all of that malloc work happens and which is the same code for every variant; and the
+*wrapper's* share, the rest of thread 1: fastrecover's Python layer and extension (nothing for
+plain) and the benchmark's loop.  The wrapper's count repeats within about 1 %, and what one
+variant's wrapper adds per record over another's, as a share of the other's whole count, is the
+cost of a change to the steady path that the whole count's spread hides.
 """
 
 from __future__ import annotations
@@ -70,6 +78,15 @@ PLAIN = "plain"
 APIS = ("poll", "consume")
 ZERO_MARKER = "zlib_adler32"
 """A C function nothing else in the process calls (``zlib.adler32``): ``--zero-before`` zeroes the counters there."""
+
+CLIENT_FUNCTIONS = ("Consumer_poll", "Consumer_consume", "Message_dealloc")
+"""confluent_kafka's C functions whose inclusive cost is the *client's* share of a record.
+
+They hold what librdkafka and confluent_kafka do for a record in the caller's thread: the queue pop,
+the ``Message`` and its copies made, and released when the application drops it, with nearly all of
+glibc's malloc work, which is where a mode-on run's count varies.  That code is the same for every
+variant.  The rest of thread 1 (the *wrapper's* share) is what differs between them: fastrecover's
+Python layer and C extension, or nothing for plain, plus the benchmark's loop, the same for all."""
 
 TICK_CONSTANTS = (("fastrecover.steady", "TICK_S"), ("fastrecover.parallel", "_TICK_S"))
 """Where the mode-on consumer's tick period lives: since the units were composed, and before."""
@@ -124,6 +141,11 @@ def ratio(numerator: float, denominator: float) -> float:
     return round(numerator / denominator, 4)
 
 
+def wrapper_share(wrapper: float, wrapper_ref: float, whole_ref: float) -> float:
+    """What one variant's wrapper adds per record over a reference's, as a fraction of the reference's whole count."""
+    return round((wrapper - wrapper_ref) / whole_ref, 5)
+
+
 def callgrind_total(text: str) -> int:
     """The Ir total of one callgrind output file (``totals:``, else ``summary:``; Ir is the first event)."""
     events = re.search(r"^events:\s*(\S+)", text, re.MULTILINE)
@@ -134,6 +156,22 @@ def callgrind_total(text: str) -> int:
         if found:
             return int(found.group(1))
     raise ValueError("no totals or summary line")
+
+
+def inclusive_cost(annotated: str, names: Sequence[str]) -> int:
+    """The summed inclusive Ir of the functions ``names`` in ``callgrind_annotate --inclusive=yes`` output.
+
+    A function without debug information shows once (``???:name [object]``); one with it may show once
+    per source file its code came from, each line a share of its cost.  A recursive call (``name'2``)
+    is inside its outer call's inclusive cost, so it is not added again.
+    """
+    wanted = set(names)
+    total = 0
+    for line in annotated.splitlines():
+        found = re.match(r"^\s*([\d,]+) \([\d. %]+\)\s+\S*?:(\S+?) \[", line)
+        if found and found.group(2) in wanted:
+            total += int(found.group(1).replace(",", ""))
+    return total
 
 
 def rotated(items: Sequence[str], by: int) -> list[str]:
@@ -208,11 +246,13 @@ def worker(
             raise TimeoutError(f"{variant}: no record within 300 s")
     got = 0
     idle = 0
+    calls = 0  # poll()/consume() calls: consume()'s cost per record follows the records each call returns
     zlib.adler32(b"")  # the zeroing marker: everything before it (imports, construction, join) is not counted
     if api == "poll":
         poll = consumer.poll
         while got < records:
             msg = poll(1.0)
+            calls += 1
             if msg is None:
                 idle += 1
                 if idle > 60:
@@ -225,6 +265,7 @@ def worker(
         consume = consumer.consume
         while got < records:
             msgs = consume(batch, 1.0)
+            calls += 1
             if not msgs:
                 idle += 1
                 if idle > 60:
@@ -234,7 +275,7 @@ def worker(
                 if msg.error() is None:
                     msg.value()
                     got += 1
-    sys.stdout.write(json.dumps({"records": got, "ticks_scaled": scaled}) + "\n")
+    sys.stdout.write(json.dumps({"records": got, "calls": calls, "ticks_scaled": scaled}) + "\n")
     sys.stdout.flush()
     os._exit(0)
 
@@ -318,8 +359,10 @@ def run_once(
     valgrind: str,
     timeout: float,
     tick_scale: float,
-) -> tuple[int, int, list[str]]:
-    """One process under callgrind: records read, Ir of thread 1 from the zeroing to the exit, the tick constants."""
+    annotate: str = "callgrind_annotate",
+) -> tuple[int, int, int, int, list[str]]:
+    """One process under callgrind: records read, Ir of thread 1 from the zeroing to the exit, the part of it
+    in :data:`CLIENT_FUNCTIONS`, the calls that read the records, the tick constants."""
     tag = uuid.uuid4().hex[:8]
     out = workdir / f"cg-{tag}"
     store = workdir / f"store-{tag}.db"
@@ -348,18 +391,25 @@ def run_once(
     if proc.returncode != 0:
         raise RuntimeError(f"{variant.name}/{api}/{records}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
     said = json.loads(proc.stdout.strip().splitlines()[-1])
-    got, scaled = int(said["records"]), list(said["ticks_scaled"])
+    got, calls, scaled = int(said["records"]), int(said.get("calls", 0)), list(said["ticks_scaled"])
     if got < records:
         raise RuntimeError(f"{variant.name}/{api}/{records}: read {got} of {records} records")
     main_thread = Path(f"{out}-01")  # thread 1: the interpreter's main thread, the caller
     if not main_thread.is_file():
         raise RuntimeError(f"no per-thread file {main_thread.name}: was --separate-threads honoured?")
     ir = callgrind_total(main_thread.read_text(encoding="utf-8", errors="replace"))
+    annotated = subprocess.run(
+        [annotate, "--inclusive=yes", "--threshold=100", str(main_thread)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    client = inclusive_cost(annotated, CLIENT_FUNCTIONS)
     for path in workdir.glob(f"cg-{tag}*"):
         path.unlink()
     for path in workdir.glob(f"store-{tag}*"):
         path.unlink()
-    return got, ir, scaled
+    return got, ir, client, calls, scaled
 
 
 def _versions(python: str, valgrind: str) -> dict[str, str]:
@@ -397,8 +447,10 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
                 for api in apis:
                     for name in rotated(names, rep):
                         runs: dict[int, tuple[int, int]] = {}
+                        client: dict[int, int] = {}
+                        calls: dict[int, int] = {}
                         for n in (small, large):
-                            got, ir, scaled = run_once(
+                            got, ir, client[n], calls[n], scaled = run_once(
                                 by_name[name],
                                 api,
                                 n,
@@ -410,17 +462,27 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
                                 valgrind=args.valgrind,
                                 timeout=args.timeout,
                                 tick_scale=args.tick_scale,
+                                annotate=args.annotate,
                             )
                             runs[n] = (got, ir)
                             tick_constants[name] = scaled
                         value = per_record(runs[small], runs[large])
+                        wrapper = per_record(
+                            (runs[small][0], runs[small][1] - client[small]),
+                            (runs[large][0], runs[large][1] - client[large]),
+                        )
                         raw[name][api].append(
                             {
                                 "records_small": runs[small][0],
                                 "ir_small": runs[small][1],
                                 "records_large": runs[large][0],
                                 "ir_large": runs[large][1],
+                                "client_small": client[small],
+                                "client_large": client[large],
+                                "calls_small": calls[small],
+                                "calls_large": calls[large],
                                 "ir_per_record": round(value, 2),
+                                "wrapper_ir_per_record": round(wrapper, 2),
                             }
                         )
                         cell = {"repeat": rep + 1, "api": api, "variant": name, **raw[name][api][-1]}
@@ -447,14 +509,19 @@ def report(
     fastrecovers = [n for n in names if n != PLAIN]
     apis = [api for api in apis if all(raw[n][api] for n in names)]  # a partial run: the complete apis
     cells = {n: {api: summarize([r["ir_per_record"] for r in raw[n][api]]) for api in apis} for n in names}
+    wrappers = {n: {api: summarize([r["wrapper_ir_per_record"] for r in raw[n][api]]) for api in apis} for n in names}
     ratios: dict[str, dict[str, float]] = {}
+    added: dict[str, dict[str, float]] = {}
     for api in apis:
         med = {n: cells[n][api]["median"] for n in names}
+        wrap = {n: wrappers[n][api]["median"] for n in names}
+        base = fastrecovers[0]
         for n in fastrecovers:
             ratios.setdefault(f"{n} / {PLAIN}", {})[api] = ratio(med[n], med[PLAIN])
-        base = fastrecovers[0]
+            added.setdefault(f"{n} - {PLAIN}", {})[api] = wrapper_share(wrap[n], wrap[PLAIN], med[PLAIN])
         for n in fastrecovers[1:]:
             ratios.setdefault(f"{n} / {base}", {})[api] = ratio(med[n], med[base])
+            added.setdefault(f"{n} - {base}", {})[api] = wrapper_share(wrap[n], wrap[base], med[base])
     return {
         "what": "instructions executed by the caller's thread (thread 1) per record, steady state, auto-commit",
         "method": (
@@ -470,6 +537,15 @@ def report(
         "versions": _versions(args.python, args.valgrind),
         "ir_per_record": cells,
         "ratios": ratios,
+        "wrapper_ir_per_record": wrappers,
+        "wrapper_difference": {
+            "what": (
+                "the wrapper's instructions per record (thread 1 outside "
+                + ", ".join(CLIENT_FUNCTIONS)
+                + ") of one variant minus another's, as a fraction of the other's whole count per record"
+            ),
+            **added,
+        },
         "raw": raw,
     }
 
@@ -499,6 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one run under valgrind may take")
     parser.add_argument("--python", default=sys.executable, help="the interpreter to run under valgrind")
     parser.add_argument("--valgrind", default="valgrind")
+    parser.add_argument("--annotate", default="callgrind_annotate", help="valgrind's callgrind_annotate")
     parser.add_argument("--json", type=Path, help="write the result here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
@@ -529,6 +606,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{api:8s} {name:22s} median {cell['median']:9.1f} Ir/record, spread {cell['spread']:.2%}")
     for label, by_api in out["ratios"].items():
         print(f"{label}: " + ", ".join(f"{api} {r:.4f}" for api, r in by_api.items()))
+    for api in out["wrapper_ir_per_record"][PLAIN]:
+        for name, cells in out["wrapper_ir_per_record"].items():
+            cell = cells[api]
+            print(f"{api:8s} {name:22s} wrapper {cell['median']:9.1f} Ir/record, spread {cell['spread']:.2%}")
+    for label, by_api in out["wrapper_difference"].items():
+        if isinstance(by_api, dict):
+            print(f"wrapper {label}: " + ", ".join(f"{api} {r:+.2%}" for api, r in by_api.items()))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     return 0
