@@ -337,6 +337,12 @@ def is_cooperative(conf: Mapping[str, Any]) -> bool:
     return "cooperative" in strategy or protocol == "consumer"
 
 
+#: the child's reconnect.backoff.ms unless the application sets it or its maximum: librdkafka connects a
+#: handle with no broker up at most once per half of it (50 ms by default), and the child has none up when
+#: a recovery first asks it for the cluster's id, on the way to the first fresh record (configuration.md)
+CHILD_RECONNECT_BACKOFF_MS = 10
+
+
 #: librdkafka keys the child must not inherit: it never joins the group and never commits to Kafka.
 _CHILD_DROP = (
     "group.instance.id",
@@ -388,5 +394,7 @@ def child_config(primary: Mapping[str, Any], settings: Settings) -> dict[str, An
     )
     if "isolation.level" in primary:
         conf["isolation.level"] = primary["isolation.level"]
+    if "reconnect.backoff.ms" not in conf and "reconnect.backoff.max.ms" not in conf:
+        conf["reconnect.backoff.ms"] = CHILD_RECONNECT_BACKOFF_MS
     conf.update(settings.child_overrides)
     return conf

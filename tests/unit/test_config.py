@@ -300,6 +300,21 @@ class TestChildConfig:
         assert "fastrecover.child.fetch.max.bytes" not in conf
         assert s.child_overrides == {"fetch.max.bytes": 5, "debug": "x"}
 
+    def test_child_reconnects_sooner_unless_the_application_says(self) -> None:
+        from fastrecover.config import CHILD_RECONNECT_BACKOFF_MS
+
+        assert child_config(BASE, Settings(enabled=True))["reconnect.backoff.ms"] == CHILD_RECONNECT_BACKOFF_MS
+        assert (
+            child_config({**BASE, "reconnect.backoff.ms": 250}, Settings(enabled=True))["reconnect.backoff.ms"] == 250
+        )
+        # librdkafka refuses reconnect.backoff.ms above reconnect.backoff.max.ms: an application's maximum
+        # leaves both to it
+        assert "reconnect.backoff.ms" not in child_config(
+            {**BASE, "reconnect.backoff.max.ms": 5}, Settings(enabled=True)
+        )
+        overridden = Settings(enabled=True, child_overrides={"reconnect.backoff.ms": 40})
+        assert child_config(BASE, overridden)["reconnect.backoff.ms"] == 40
+
     def test_child_never_joins_the_group_and_never_commits(self) -> None:
         primary = {
             **BASE,
