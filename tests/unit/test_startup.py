@@ -191,3 +191,23 @@ def test_two_pending_consumers_share_one_import(conf: dict[str, Any], consumers:
     for consumer in consumers:
         assert consumer.parallel_rebalance_enabled
     assert _ModeImport._done is started and started.is_set()
+
+
+def test_a_child_forked_during_the_import_exits() -> None:
+    """A process forked while the import runs inherits the exit hook that waits for it, but not the
+    thread that ends the wait: the child's exit must not wait (no consumer here: librdkafka's own
+    threads do not survive a fork either)."""
+    code = """
+import os, sys
+from fastrecover.startup import _ModeImport
+
+_ModeImport.start()
+pid = os.fork()
+if pid == 0:
+    sys.exit(7)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "7"
