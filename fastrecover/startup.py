@@ -101,14 +101,8 @@ class _ModeImport:
                 return
             done = threading.Event()
             cls._done, cls._pid = done, os.getpid()
-            atexit.register(cls._wait_at_exit, done, cls._pid)
+            atexit.register(cls.wait)  # a child forked meanwhile inherits the hook, and wait() returns there
             _thread.start_new_thread(cls._run, (done,))
-
-    @staticmethod
-    def _wait_at_exit(done: threading.Event, pid: int) -> None:
-        # a child forked during the import inherits this hook, but not the thread that would end the wait
-        if os.getpid() == pid:
-            done.wait()
 
     @staticmethod
     def _run(done: threading.Event) -> None:
