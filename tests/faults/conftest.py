@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from fastrecover_tools.chaos.checker import ranges_handed_over, read_ledgers
 from fastrecover_tools.chaos.driver import GROUP_PROTOCOLS as GROUP_PROTOCOLS  # the fault tests' parametrisation
 from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver, ChaosResult, WorkerProc
 from fastrecover_tools.chaos.report import format_result
+from fastrecover_tools.testing.proxy import FreezableProxy
 from fastrecover_tools.testing.waiting import wait_for
 
 log = logging.getLogger("fastrecover_tools.chaos")
@@ -60,10 +61,12 @@ def chaos_driver(
         on_kill: Any = None,
         group_protocol: str = "classic",
         static: bool | None = None,
+        networks: Sequence[FreezableProxy] = (),
         **kwargs: Any,
     ) -> ChaosDriver:
         """``static`` defaults to static members for classic groups and dynamic ones for KIP-848 groups
-        (see GROUP_PROTOCOLS); the kill loops ask for static KIP-848 members on purpose."""
+        (see GROUP_PROTOCOLS); the kill loops ask for static KIP-848 members on purpose.  ``networks``
+        (the members' own proxies to the broker at ``bootstrap_servers``) go to the driver."""
         kwargs["static"] = group_protocol == "classic" if static is None else static
         kwargs["group_protocol"] = group_protocol
         servers = bootstrap_servers or bootstrap
@@ -89,7 +92,7 @@ def chaos_driver(
             **kwargs,
         )
         log.info("chaos seed %d (FASTRECOVER_CHAOS_SEED reproduces it), work dir %s", seed, config.workdir)
-        driver = ChaosDriver(config, on_kill=on_kill)
+        driver = ChaosDriver(config, on_kill=on_kill, networks=networks)
         made.append(driver)
         return driver
 

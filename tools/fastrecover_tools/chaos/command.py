@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from fastrecover.secrets import mask_url
 from fastrecover_tools.testing.worker import APIS, STALL_POINTS
@@ -134,6 +135,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default 2,8)",
     )
     p.add_argument(
+        "--net-freeze-share",
+        type=float,
+        default=None,
+        help="share of the other uptimes that end in a frozen network: the member's own proxy to Kafka stops "
+        "the bytes for a --freeze time while the process runs on and reaches its store (default 0.2 when this "
+        "command starts the broker; a given broker cannot route a member through a proxy, so 0 there)",
+    )
+    p.add_argument(
         "--operator-actions",
         type=_operator_actions,
         default=list(ACTIONS),
@@ -159,16 +168,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="also write the verdict as JSON here")
 
 
+#: --net-freeze-share when the command starts the broker itself
+DEFAULT_NET_FREEZE_SHARE = 0.2
+
+
 @contextmanager
-def _bootstrap(given: str | None) -> Iterator[str]:
+def _bootstrap(given: str | None, members: int, net_freeze_share: float | None) -> Iterator[tuple[str, list[Any]]]:
+    """The broker, and a proxy to it per member when networks are to freeze (a broker of our own)."""
     servers = given or os.environ.get("FASTRECOVER_BOOTSTRAP")
     if servers:
-        yield servers
+        if net_freeze_share:
+            raise SystemExit(
+                f"--net-freeze-share {net_freeze_share:g} needs a broker this command starts (each member reaches "
+                f"it through a listener and proxy of its own); drop it, or --bootstrap-servers and "
+                f"$FASTRECOVER_BOOTSTRAP ({servers})"
+            )
+        yield servers, []
         return
-    from fastrecover_tools.testing.broker import select_broker
+    if net_freeze_share == 0:
+        from fastrecover_tools.testing.broker import select_broker
 
-    with select_broker() as broker:
-        yield broker.bootstrap
+        with select_broker() as broker:
+            yield broker.bootstrap, []
+        return
+    from fastrecover_tools.testing.broker import LocalJarBroker
+    from fastrecover_tools.testing.proxy import proxied_listeners
+
+    proxies, listeners = proxied_listeners(members)
+    try:
+        with LocalJarBroker(extra_listeners=listeners) as local:
+            yield local.bootstrap, proxies
+    finally:
+        for proxy in proxies:
+            proxy.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -178,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="fastrecover-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     store_url = args.store_url or f"sqlite:///{workdir / 'ranges.db'}"
-    with _bootstrap(args.bootstrap_servers) as servers:
+    with _bootstrap(args.bootstrap_servers, args.members, args.net_freeze_share) as (servers, networks):
+        net_share = args.net_freeze_share if args.net_freeze_share is not None else DEFAULT_NET_FREEZE_SHARE
         config = ChaosConfig(
             bootstrap=servers,
             store_url=store_url,
@@ -208,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
             replay_share=args.replay_share,
             freeze_share=args.freeze_share,
             freeze_s=args.freeze,
+            net_freeze_share=net_share if networks else 0.0,
         )
         print(
             f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "
@@ -216,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
             f"work dir {workdir}",
             flush=True,
         )
-        result = ChaosDriver(config).run()
+        result = ChaosDriver(config, networks=networks).run()
     print(format_result(result), flush=True)
     if args.json:
         args.json.write_text(dumps(result) + "\n", encoding="utf-8")

@@ -6,7 +6,9 @@ ledger file, event log and stderr log in the work directory.  While the
 :class:`~fastrecover_tools.chaos.producer.SequencedProducer` writes at a steady rate,
 every live incarnation is SIGKILLed once its random uptime is over (or, for a share of them,
 *frozen*: SIGSTOPped for a while and then let go on, as a process paused by the machine, a long
-garbage collection or a frozen network comes back as a zombie), or, for the
+garbage collection or a frozen network comes back as a zombie; or, given each member its own
+proxy to Kafka, its *network* is frozen while the process runs on and its store stays reachable),
+or, for the
 share of incarnations started with a stall point (``--stall-at``: mid-batch, in
 the token-writing transaction, mid range-commit, between the store and the
 Kafka commit, ...), as soon as it reports that it is blocked there; it comes
@@ -68,6 +70,7 @@ from fastrecover_tools.chaos.checker import (
 from fastrecover_tools.chaos.operator import ACTIONS, NEEDS_STOP, Operator
 from fastrecover_tools.chaos.producer import SequencedProducer, read_topic
 from fastrecover_tools.testing.broker import create_topic, group_is_empty
+from fastrecover_tools.testing.proxy import FreezableProxy
 from fastrecover_tools.testing.waiting import Deadline, wait_for
 from fastrecover_tools.testing.worker import APIS, STALL_POINTS
 
@@ -145,6 +148,11 @@ class ChaosConfig:
     #: of its own, so a seed's kill schedule does not change with it
     freeze_share: float = 0.0
     freeze_s: tuple[float, float] = (2.0, 8.0)
+    #: share of the other uptimes that end in a frozen network instead of a kill: the member's proxy to
+    #: Kafka stops the bytes for a time drawn from ``freeze_s`` while the process runs on and reaches its
+    #: store (the driver needs ``networks``); then the bytes flow again and the member runs to its next
+    #: kill time.  Drawn from the freeze generator, and only when above 0
+    net_freeze_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cycles < 0 or self.members < 1 or self.topics < 1 or self.partitions < 1:
@@ -159,9 +167,11 @@ class ChaosConfig:
         bad = [p for p in self.stall_points if p not in STALL_POINTS]
         if bad:
             raise ValueError(f"stall points must be among {STALL_POINTS}, got {bad}")
-        shares = (self.stall_share, self.fail_child_share, self.replay_share, self.freeze_share)
+        shares = (self.stall_share, self.fail_child_share, self.replay_share, self.freeze_share, self.net_freeze_share)
         if not all(0 <= share <= 1 for share in shares):
-            raise ValueError("stall_share, fail_child_share, replay_share and freeze_share are fractions in [0, 1]")
+            raise ValueError(
+                "stall_share, fail_child_share, replay_share, freeze_share and net_freeze_share are fractions in [0, 1]"
+            )
         if not 0 < self.freeze_s[0] <= self.freeze_s[1]:
             raise ValueError(f"freeze_s must be (low, high) seconds with 0 < low <= high, got {self.freeze_s}")
         bad = [a for a in self.operator_actions if a not in ACTIONS]
@@ -189,6 +199,10 @@ class ChaosResult:
     #: incarnations frozen (SIGSTOP) and let go on (SIGCONT), and how many of those freezes outlasted session_ms
     freezes: int = 0
     freezes_past_session: int = 0
+    #: networks frozen (the member's proxy to Kafka stopped while the process ran on), and how many outlasted
+    #: session_ms
+    net_freezes: int = 0
+    net_freezes_past_session: int = 0
     child_failures: int = 0
     #: incarnations that exited on a fatal consumer error (e.g. UNRELEASED_INSTANCE_ID) and were restarted
     fatal_exits: int = 0
@@ -362,6 +376,9 @@ class _Member:
     thaw_at: float | None = None
     #: this incarnation was frozen once already (it is killed at its next kill time)
     froze: bool = False
+    #: the member's network to Kafka is frozen until then; None: flowing
+    net_thaw_at: float | None = None
+    net_frozen_since: float = 0.0
 
 
 class ChaosDriver:
@@ -369,7 +386,9 @@ class ChaosDriver:
 
     ``on_kill(driver, incarnation)`` runs right after each kill, before the
     member's restart is scheduled: fault tests use it to take the store or the
-    broker away at that moment.
+    broker away at that moment.  ``networks`` are the members' own proxies to Kafka
+    (:func:`~fastrecover_tools.testing.proxy.proxied_listeners`): member ``i`` bootstraps on
+    proxy ``i``, and ``net_freeze_share`` freezes them.
     """
 
     def __init__(
@@ -378,8 +397,14 @@ class ChaosDriver:
         *,
         on_kill: Callable[[ChaosDriver, WorkerProc], None] | None = None,
         faults: Callable[[ChaosDriver, str], list[str]] | None = None,
+        networks: Sequence[FreezableProxy] = (),
     ) -> None:
+        if networks and len(networks) != config.members:
+            raise ValueError(f"one network per member: {len(networks)} networks for {config.members} members")
+        if config.net_freeze_share and not networks:
+            raise ValueError("net_freeze_share needs networks: a proxy to Kafka per member")
         self.config = config
+        self.networks = list(networks)
         self.rng = random.Random(config.seed)
         self.on_kill = on_kill
         self.faults_for = faults
@@ -405,6 +430,8 @@ class ChaosDriver:
         self.stalls_missed = 0
         self.freezes = 0
         self.freezes_past_session = 0
+        self.net_freezes = 0
+        self.net_freezes_past_session = 0
         #: every freeze, by incarnation: (stopped, let go on), wall-clock ms (the checker's input)
         self.frozen: dict[str, list[tuple[int, int]]] = {}
         self._stopped_ms: dict[str, int] = {}
@@ -437,9 +464,10 @@ class ChaosDriver:
         mode = self.rng.choice(list(c.commit_modes))
         # drawn only when there is a choice: a single API leaves the seed's schedule as it was before --apis
         api = self.rng.choice(list(c.apis)) if len(c.apis) > 1 else c.apis[0]
+        index = self.members.index(member)
         argv = [
             "--bootstrap",
-            c.bootstrap,
+            f"127.0.0.1:{self.networks[index].port}" if self.networks else c.bootstrap,
             "--group",
             self.group,
             "--parallel",
@@ -517,6 +545,10 @@ class ChaosDriver:
     def _step(self) -> None:
         now = time.monotonic()
         for m in self.members:
+            if m.net_thaw_at is not None:
+                if now < m.net_thaw_at:
+                    continue  # a member cut off from Kafka runs on; neither killed nor frozen meanwhile
+                self._net_thaw(m, now)
             proc = m.proc
             if proc is None:
                 if m.restart_at is not None and now >= m.restart_at and self.kills < self._target:
@@ -544,6 +576,12 @@ class ChaosDriver:
             elif now >= m.kill_at:
                 if not m.froze and self.config.freeze_share and self._freeze_rng.random() < self.config.freeze_share:
                     self._freeze(m, now)
+                elif (
+                    not m.froze
+                    and self.config.net_freeze_share
+                    and self._freeze_rng.random() < self.config.net_freeze_share
+                ):
+                    self._net_freeze(m, now)
                 else:
                     self._kill(m, "killed")
             if self.kills >= self._target:
@@ -580,6 +618,36 @@ class ChaosDriver:
         member.thaw_at = None
         member.kill_at = now + self._freeze_rng.uniform(*self.config.up_s)
         log.info("thawed %s after %.1f s", proc.name, took)
+
+    def net_freeze(self, index: int, seconds: float) -> None:
+        """Cut member ``index`` off from Kafka now for ``seconds`` (for tests that script the faults)."""
+        self._net_freeze(self.members[index], time.monotonic(), seconds)
+
+    def _net_freeze(self, member: _Member, now: float, took: float | None = None) -> None:
+        """Stop the bytes between the member and Kafka; the process runs on, and its store stays reachable.
+
+        To the checker the incarnation is a zombie from this moment on (it is recorded as a freeze that
+        let it go at once): it may hand out records it fetched before, from a range the group gave to
+        another member meanwhile, exactly as a process let go after a SIGSTOP does; its writes must be
+        fenced all the same.
+        """
+        if took is None:
+            took = self._freeze_rng.uniform(*self.config.freeze_s)
+        self.networks[self.members.index(member)].freeze()
+        member.froze, member.net_thaw_at, member.net_frozen_since = True, now + took, now
+        if member.proc is not None:
+            at = int(time.time() * 1000)
+            self.frozen.setdefault(member.proc.name, []).append((at, at))
+        log.info("network of %s frozen for %.1f s (session %d ms)", member.name, took, self.config.session_ms)
+
+    def _net_thaw(self, member: _Member, now: float) -> None:
+        self.networks[self.members.index(member)].thaw()
+        took = now - member.net_frozen_since
+        self.net_freezes += 1
+        self.net_freezes_past_session += took * 1000 > self.config.session_ms
+        member.net_thaw_at = None
+        member.kill_at = now + self._freeze_rng.uniform(*self.config.up_s)
+        log.info("network of %s flowing again after %.1f s", member.name, took)
 
     # ---- the run -------------------------------------------------------------------------------
 
@@ -752,6 +820,8 @@ class ChaosDriver:
                     self._retire(m)  # a stalled incarnation makes no progress: replace it
                 if m.proc is not None and m.thaw_at is not None:
                     self._thaw(m, time.monotonic())  # the drain runs without faults: a frozen one goes on
+                if m.net_thaw_at is not None:
+                    self._net_thaw(m, time.monotonic())
                 if m.proc is None or not m.proc.alive:
                     self.spawn(m, faults=False)
             covered = self.wait_covered(deadline)
@@ -924,6 +994,8 @@ class ChaosDriver:
             stalls_missed=self.stalls_missed,
             freezes=self.freezes,
             freezes_past_session=self.freezes_past_session,
+            net_freezes=self.net_freezes,
+            net_freezes_past_session=self.net_freezes_past_session,
             notes=list(self.notes),
             operator=list(self.operator.done) if self.operator is not None else [],
             operator_effects=list(self.operator.effects) if self.operator is not None else [],

@@ -271,9 +271,14 @@ class LocalJarBroker(Broker):
         cache_dir: Path | None = None,
         heap: str = "768m",
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
+        extra_listeners: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
+        """``extra_listeners`` maps a listener name to (the port it listens on, the port it advertises):
+        a client that bootstraps on the advertised port (a proxy in front of the listen port) is told
+        to use that port for every connection, so all of its traffic goes through the proxy."""
         super().__init__(version)
         self._overrides = dict(overrides or {})
+        self._extra_listeners = dict(extra_listeners or {})
         self._cache_dir = cache_dir
         self._heap = heap
         self._ready_timeout = ready_timeout
@@ -381,14 +386,25 @@ class LocalJarBroker(Broker):
             atexit.register(self.close)
             self._atexit_registered = True
         (workdir / "logs").mkdir()
-        self._port, self._controller_port = _free_ports(2)
+        self._port, self._controller_port = free_ports(2)
+        extra = self._extra_listeners
         config: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": "1",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self._port},CONTROLLER://127.0.0.1:{self._controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self._port}",
+            "listeners": ",".join(
+                [
+                    f"PLAINTEXT://127.0.0.1:{self._port}",
+                    f"CONTROLLER://127.0.0.1:{self._controller_port}",
+                    *(f"{name}://127.0.0.1:{listen}" for name, (listen, _) in extra.items()),
+                ]
+            ),
+            "advertised.listeners": ",".join(
+                [f"PLAINTEXT://127.0.0.1:{self._port}", *(f"{n}://127.0.0.1:{adv}" for n, (_, adv) in extra.items())]
+            ),
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(
+                ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT", *(f"{name}:PLAINTEXT" for name in extra)]
+            ),
             "inter.broker.listener.name": "PLAINTEXT",
             # A static voter set: formatting needs no --standalone/--initial-controllers.
             "controller.quorum.voters": f"1@127.0.0.1:{self._controller_port}",
@@ -625,7 +641,7 @@ class ContainerBroker(Broker):
         except Exception:
             host = "localhost"
         self._host = "127.0.0.1" if host == "localhost" else host
-        (self._port,) = _free_ports(1)
+        (self._port,) = free_ports(1)
         config: dict[str, str] = {
             "node.id": "1",
             "process.roles": "broker,controller",
@@ -943,7 +959,7 @@ def _cluster_id() -> str:
             return text
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Ports the kernel just handed out on loopback; all sockets are held open together so they differ."""
     sockets = []
     try:

@@ -117,3 +117,19 @@ def freezable_proxy(target_host: str, target_port: int) -> Iterator[FreezablePro
         yield proxy
     finally:
         proxy.close()
+
+
+def proxied_listeners(count: int, prefix: str = "MEMBER") -> tuple[list[FreezableProxy], dict[str, tuple[int, int]]]:
+    """``count`` proxies, each in front of a broker listener of its own, and those listeners for
+    :class:`~fastrecover_tools.testing.broker.LocalJarBroker`'s ``extra_listeners``.
+
+    A client that bootstraps on proxy ``i`` is told by the broker to use that proxy for every
+    connection (its listener advertises the proxy's port), so freezing proxy ``i`` cuts that one
+    client off from Kafka while every other client, and the client's store, carry on.  The
+    proxies forward to ports that are free now and that the broker binds when it starts.
+    """
+    from fastrecover_tools.testing.broker import free_ports
+
+    targets = free_ports(count)
+    proxies = [FreezableProxy("127.0.0.1", port) for port in targets]
+    return proxies, {f"{prefix}{i}": (targets[i], proxy.port) for i, proxy in enumerate(proxies)}
