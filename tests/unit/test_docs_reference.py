@@ -25,6 +25,7 @@ import pytest
 from fastrecover import config
 from fastrecover.spark.options import OPTION_DOCS
 from fastrecover_tools import docs_reference as ref
+from fastrecover_tools.quickstart import QUICKSTART
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -256,6 +257,14 @@ def test_the_readme_shows_install_quickstart_the_two_commands_and_the_picture() 
     assert len(text.splitlines()) <= MAX_README_LINES
     for needed in ("pip install", '"enable.parallel.rebalance": True', "make demo", "make test", "docs/img/demo.png"):
         assert needed in text, needed
+
+
+def test_the_quickstarts_are_the_settings_the_demo_and_the_benchmarks_run_with() -> None:
+    for page in (README, DOCS / "getting-started.md"):
+        text = _text(page)
+        for key, value in QUICKSTART.items():
+            assert f'"{key}": {value},' in text, f"{page.name}'s quickstart lacks {key}={value}"
+        assert '"group.instance.id":' in text, page.name
 
 
 def test_every_relative_link_of_the_readme_and_changelog_exists() -> None:

@@ -5,12 +5,13 @@ acknowledged; a consumer *process* that commits as it goes is SIGKILLed;
 production continues so a lag builds; the consumer is restarted.  Once with a
 plain ``confluent_kafka.Consumer``, once with ``enable.parallel.rebalance``.
 
-The consumer runs with the README quickstart's settings (:data:`QUICKSTART`:
-a ``group.instance.id``, the same for the crashed and the restarted process,
-and a 10 s session), and the restart is what a supervisor does: a new process
-``--down-seconds`` after the kill, without waiting for anything else, such as
-the dead member leaving the group.  The table shows the time from the SIGKILL
-to the first fresh record besides the times from the restart.
+The consumer runs with the README quickstart's settings
+(:data:`fastrecover_tools.quickstart.QUICKSTART`: a ``group.instance.id``, the same for
+the crashed and the restarted process, a 10 s session and a 20 ms reconnect back-off),
+and the restart is what a supervisor does: a new process ``--down-seconds`` after the
+kill, without waiting for anything else, such as the dead member leaving the group. The
+table shows the time from the SIGKILL to the first fresh record besides the times from
+the restart.
 
 Each run goes on until the restarted consumer has delivered every record the
 producer had acknowledged and, with fastrecover, until the store holds no open
@@ -48,6 +49,7 @@ from fastrecover.store import open_store
 from fastrecover.store.sql import url_for_child, validate_url
 from fastrecover_tools import demo_report
 from fastrecover_tools.demo_report import Ledger, StoryResult
+from fastrecover_tools.quickstart import QUICKSTART, QUICKSTART_SESSION_MS
 from fastrecover_tools.testing.broker import (
     Broker,
     create_topic,
@@ -68,13 +70,13 @@ MARKER = ".fastrecover-demo"
 PLAIN = "plain confluent_kafka.Consumer"
 PARALLEL = "fastrecover.Consumer with enable.parallel.rebalance"
 
-#: The consumer settings of the README's quickstart: static membership and a 10 s session.
-QUICKSTART_SESSION_MS = 10_000
-
 
 def quickstart_args(label: str) -> list[str]:
     """Worker arguments for the quickstart's settings; one ``group.instance.id`` per story (both processes)."""
-    return ["--group-instance-id", f"demo-{label}-1", "--session-ms", str(QUICKSTART_SESSION_MS)]
+    return [
+        *("--group-instance-id", f"demo-{label}-1", "--session-ms", str(QUICKSTART_SESSION_MS)),
+        *(f"--set={key}={value}" for key, value in QUICKSTART.items() if key != "session.timeout.ms"),
+    ]
 
 
 # kept for callers of the old API (tests monkeypatch run_story with a function returning one)

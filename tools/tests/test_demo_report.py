@@ -37,4 +37,7 @@ def test_crash_to_fresh_is_counted_from_the_sigkill(tmp_path: Path) -> None:
 
 
 def test_demo_workers_use_the_quickstart_settings() -> None:
-    assert quickstart_args("plain") == ["--group-instance-id", "demo-plain-1", "--session-ms", "10000"]
+    assert quickstart_args("plain") == [
+        *("--group-instance-id", "demo-plain-1", "--session-ms", "10000"),
+        "--set=reconnect.backoff.ms=20",
+    ]

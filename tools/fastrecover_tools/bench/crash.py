@@ -54,6 +54,7 @@ from fastrecover_tools.bench.scenarios import (
     log_ends,
     produce_fast,
 )
+from fastrecover_tools.quickstart import QUICKSTART
 from fastrecover_tools.testing.broker import create_topic, delete_topic
 from fastrecover_tools.testing.driver import EventProcess, SteadyProducer
 from fastrecover_tools.testing.waiting import Deadline, wait_for
@@ -90,8 +91,8 @@ SETUPS: dict[str, Setup] = {
         Setup("default", "no group.instance.id, librdkafka's defaults (session.timeout.ms 45 s)", (), False),
         Setup(
             "static",
-            "group.instance.id, session.timeout.ms 10 s (the README quickstart's)",
-            (("session.timeout.ms", "10000"),),
+            "group.instance.id, session.timeout.ms 10 s, reconnect.backoff.ms 20 (the README quickstart's)",
+            tuple(QUICKSTART.items()),
             True,
         ),
         Setup("kip848", "group.protocol=consumer, no group.instance.id", (("group.protocol", "consumer"),), False),

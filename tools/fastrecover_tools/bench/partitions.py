@@ -45,6 +45,7 @@ from fastrecover_tools.bench.scenarios import (
     produce_fast,
 )
 from fastrecover_tools.bench.statements import writes
+from fastrecover_tools.quickstart import QUICKSTART
 from fastrecover_tools.testing.broker import create_topic
 from fastrecover_tools.testing.driver import EventProcess, SteadyProducer
 from fastrecover_tools.testing.waiting import wait_for
@@ -55,8 +56,6 @@ COUNTS = (1, 64, 512, 2048)
 #: Records behind the committed offset on every partition: twice fastrecover's default
 #: ``fastrecover.backfill.min.offsets`` (100), so every partition gets a range.
 LAG_PER_PARTITION = 200
-#: The README quickstart's settings on top of the bench's (auto-commit is the default).
-QUICKSTART = {"session.timeout.ms": "10000"}
 #: Fresh records/s across the partitions.  Lower than the other scenarios' LIVE_RATE: spread over 2,048
 #: partitions a record is a batch of its own, and on a busy 2-core machine the producer fell seconds behind
 #: 1,000/s; a fresh record every 5 ms still times the first one to well under the figures measured.

@@ -581,7 +581,8 @@ def summarize_partitions(
         "cells": cells,
         "lag_per_partition": opts.sizes.partition_lag,
         "repeats": partition_repeats(opts),
-        "settings": "group.instance.id, session.timeout.ms 10000, auto-commit (the README quickstart's); "
+        "settings": "group.instance.id, session.timeout.ms 10000, reconnect.backoff.ms 20, auto-commit (the README "
+        "quickstart's); "
         "fastrecover: sqlite store, its schema in place",
         "arms": list(partitions.ARMS),
         "measured_at": measured_at,
