@@ -38,9 +38,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import zstandard
-
-from fastrecover.completion_map import compress, decode_completed_sized, decompress, encode_completed
+from fastrecover.completion_map import compress, decode_completed_sized, decompress, encode_completed, zstd_error
 from fastrecover.errors import CodecError
 from fastrecover.ranges import RangeProgress
 
@@ -360,7 +358,7 @@ def decode_mirror(text: str, *, key: bytes | None = None, context: str = "") -> 
         return _merge_rows(ranges)
     except CodecError:
         raise
-    except (binascii.Error, ValueError, TypeError, RecursionError, MemoryError, zstandard.ZstdError) as exc:
+    except (binascii.Error, ValueError, TypeError, RecursionError, MemoryError, zstd_error()) as exc:
         raise CodecError(f"commit-metadata mirror is corrupt: {text[:24]!r}...") from exc
 
 

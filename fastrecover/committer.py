@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from fastrecover.book import Held, RangeBook
 from fastrecover.errors import FencedError, StoreError, StoreUnavailableError
-from fastrecover.metrics import LatencyRecorder
+from fastrecover.latency import LatencyRecorder
 from fastrecover.store import CommitResult, ProgressUpdate
 from fastrecover.store_link import CONNECT_SLACK_S, StoreLink
 from fastrecover.tokens import TopicPartitionKey

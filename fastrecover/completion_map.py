@@ -17,10 +17,12 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Sequence
-
-import zstandard
+from typing import TYPE_CHECKING, Any
 
 from fastrecover.errors import CodecError
+
+if TYPE_CHECKING:
+    import zstandard
 
 _VERSION = "1"
 #: zstd level of completion maps and mirrors: fast, and these payloads are small.
@@ -62,6 +64,24 @@ def _read_varints(data: bytes) -> list[int]:
     return values
 
 
+def _zstd() -> Any:
+    """zstandard, imported at its first use.
+
+    Its import (with the ``platform`` module it loads) costs about 5 ms of CPU, and a mode-on
+    consumer's start imports the codec while its group join runs: a restart whose commits carry
+    no compressed mirror never needs it.
+    """
+    import zstandard
+
+    return zstandard
+
+
+def zstd_error() -> type[Exception]:
+    """zstandard's error class, for an ``except`` clause (evaluated only when an exception reaches it)."""
+    error: type[Exception] = _zstd().ZstdError
+    return error
+
+
 #: compressors not in use; a caller takes one out and puts it back (list.pop and append are atomic)
 _idle: list[zstandard.ZstdCompressor] = []
 
@@ -78,7 +98,7 @@ def compress(raw: bytes) -> bytes:
     try:
         compressor = _idle.pop()
     except IndexError:
-        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        compressor = _zstd().ZstdCompressor(level=ZSTD_LEVEL)
     try:
         return compressor.compress(raw)
     finally:
@@ -92,10 +112,11 @@ def decompress(raw: bytes, limit: int = _MAX_DECOMPRESSED) -> bytes:
     frame declaring a huge content size is refused here before anything is allocated.
     A frame that declares a small size but holds more is refused by the decompressor.
     """
-    size = zstandard.frame_content_size(raw)
+    zstd = _zstd()
+    size = zstd.frame_content_size(raw)
     if size > limit:
         raise CodecError(f"zstd payload declares {size} bytes, more than the {limit} allowed")
-    data: bytes = zstandard.ZstdDecompressor().decompress(raw, max_output_size=limit)
+    data: bytes = zstd.ZstdDecompressor().decompress(raw, max_output_size=limit)
     if len(data) > limit:  # pragma: no cover - the decompressor enforces max_output_size
         raise CodecError(f"zstd payload decompresses to more than the {limit} bytes allowed")
     return data
@@ -194,7 +215,7 @@ def decode_completed_sized(
     if tag.isupper():
         try:
             raw = decompress(raw, max_bytes)
-        except zstandard.ZstdError as exc:
+        except zstd_error() as exc:
             raise CodecError("completion map zstd payload is corrupt") from exc
     elif len(raw) > max_bytes:
         raise CodecError(f"completion map of {len(raw)} bytes is larger than the {max_bytes} allowed")

@@ -18,7 +18,7 @@ Both consumers are used from the caller's thread only.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
@@ -26,13 +26,15 @@ from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 from fastrecover.commits import CommitRouter
 from fastrecover.config import Settings
 from fastrecover.handover import Handover
-from fastrecover.metrics import ConsumerMetrics, backfill_by_partition
 from fastrecover.mode_state import ModeParts, key_of
 from fastrecover.ranges import RangeProgress
 from fastrecover.steady import SteadyGate
 from fastrecover.streams import Streams
 from fastrecover.tick import Ticker
 from fastrecover.tokens import Token
+
+if TYPE_CHECKING:
+    from fastrecover.metrics import ConsumerMetrics
 
 _K = _KafkaConsumer
 
@@ -202,6 +204,9 @@ class ParallelMode:
         return [(h.token, h.pending) for h in self.book.held()]
 
     def metrics(self) -> ConsumerMetrics:
+        # the snapshot types are made at the first call, not while the mode is imported during the join
+        from fastrecover.metrics import ConsumerMetrics, backfill_by_partition
+
         held = self.book.held()
         reports = self.recoverer.reports
         committer = self.parts.committer

@@ -46,6 +46,7 @@ PURE = frozenset(
         "hooks",
         "primary",
         "metrics",
+        "latency",
         "tables",
         "secrets",
         "spark.offsets",
@@ -98,6 +99,10 @@ LAZY_IMPORTS = frozenset(
         # the mode's units are imported on a thread while the group join runs (fastrecover/startup.py)
         ("fastrecover.startup", "fastrecover.parallel"),
         ("fastrecover.consumer", "fastrecover.metrics"),  # metrics() of a mode-off or closed consumer
+        # the snapshot types are made at the first metrics() call, not during the mode's import
+        ("fastrecover.parallel", "fastrecover.metrics"),
+        ("fastrecover.latency", "fastrecover.metrics"),
+        ("fastrecover.completion_map", "zstandard"),  # 5 ms of the mode's import: only a compressed map needs it
         ("fastrecover.consumer", "fastrecover.recoverer"),  # PEP 562: the RecoveryReport re-export
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),

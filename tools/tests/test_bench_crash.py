@@ -34,7 +34,11 @@ def _options(*argv: str) -> BenchOptions:
 def test_setups_cover_defaults_static_and_kip848() -> None:
     assert list(SETUPS) == ["default", "static", "kip848", "kip848-static"]
     assert setup_config("default", "m") == {}
-    assert setup_config("static", "m") == {"session.timeout.ms": "10000", "group.instance.id": "m"}
+    assert setup_config("static", "m") == {
+        "session.timeout.ms": "10000",
+        "reconnect.backoff.ms": "20",
+        "group.instance.id": "m",
+    }
     assert setup_config("kip848", "m") == {"group.protocol": "consumer"}
     assert setup_config("kip848-static", "m") == {"group.protocol": "consumer", "group.instance.id": "m"}
     assert SETUPS["kip848-static"].kip848 and not SETUPS["static"].kip848
