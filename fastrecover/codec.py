@@ -38,7 +38,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fastrecover.completion_map import compress, decode_completed_sized, decompress, encode_completed, zstd_error
+from fastrecover.completion_map import (
+    MIN_COMPRESSED_BYTES,
+    compress,
+    decode_completed_sized,
+    decompress,
+    encode_completed,
+    zstd_error,
+)
 from fastrecover.errors import CodecError
 from fastrecover.ranges import RangeProgress
 
@@ -155,7 +162,7 @@ def _mirror_text(entries: Sequence[RangeProgress], with_maps: bool) -> str:
         for r in entries
     )
     raw = f"[{rows}]".encode("ascii")
-    packed = compress(raw)
+    packed = compress(raw) if len(raw) >= MIN_COMPRESSED_BYTES else raw
     if len(packed) < len(raw):
         return _MIRROR_PREFIX + "Z" + base64.b64encode(packed).decode("ascii")
     return _MIRROR_PREFIX + "J" + base64.b64encode(raw).decode("ascii")

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 _VERSION = "1"
 #: zstd level of completion maps and mirrors: fast, and these payloads are small.
 ZSTD_LEVEL = 3
+#: Payloads shorter than this are never compressed: a zstd frame spends about a dozen bytes on its
+#: headers, so it seldom pays, and the first mirror of a recovery (a range or two, no map) then needs
+#: neither zstandard's import (about 5 ms of CPU) nor a compressor on the way to the first fresh record.
+MIN_COMPRESSED_BYTES = 64
 #: Decompressed-size cap of a completion map read from the store (a trusted, operator-owned input).
 _MAX_DECOMPRESSED = 16 * 1024 * 1024
 #: A bitset is written only when it is no longer than the run-length form, which takes at most 20
@@ -169,7 +173,7 @@ def encode_completed(committed: int, completed: Iterable[int]) -> str:
     # so a lone offset far above committed does not allocate a gigantic bitset.
     if deltas[-1] // 8 + 1 <= len(raw):
         tag, raw = "b", _bitset(deltas)
-    packed = compress(raw)
+    packed = compress(raw) if len(raw) >= MIN_COMPRESSED_BYTES else raw
     if len(packed) < len(raw):
         tag, raw = tag.upper(), packed
     return _VERSION + tag + base64.b64encode(raw).decode("ascii")

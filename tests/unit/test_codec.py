@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import random
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
@@ -579,3 +581,22 @@ class TestMarker:
         assert check_lineage(odd) == odd, "an odd cluster id is replaced by its digest"
         with pytest.raises(ValueError, match="8 bytes"):
             new_lineage("c", b"short")
+
+
+def test_short_payloads_are_stored_plain_and_need_no_zstandard() -> None:
+    """A recovery's first mirror (a range or two, no map) is shorter than a zstd frame could pay for: it is
+    written uncompressed, so the jump that writes it neither imports zstandard nor makes a compressor."""
+    script = (
+        "import sys\n"
+        "from fastrecover.codec import decode_mirror, encode_mirror\n"
+        "from fastrecover.completion_map import encode_completed\n"
+        "from fastrecover.ranges import RangeProgress\n"
+        "ranges = [RangeProgress(1000, 101000, 1000)]\n"
+        "text = encode_mirror(ranges)\n"
+        "assert decode_mirror(text) == ranges, text\n"
+        "assert encode_completed(10, {12, 15})[1] in 'rb', 'a short map is not compressed'\n"
+        "assert 'zstandard' not in sys.modules, 'imported for a short payload'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    long_map = encode_completed(0, set(range(2, 4000, 2)))
+    assert long_map[1] in "RB", "a long repetitive map is still compressed"
