@@ -87,7 +87,7 @@ class FreezableProxy:
                 self._sockets += [client, upstream]
             for src, dst in ((client, upstream), (upstream, client)):
                 thread = threading.Thread(target=self._pump, args=(src, dst), name="proxy-pump", daemon=True)
-                self._threads.append(thread)
+                self._threads = [t for t in self._threads if t.is_alive()] + [thread]
                 thread.start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
@@ -105,9 +105,16 @@ class FreezableProxy:
                 dst.sendall(data)
             except (OSError, ValueError):  # ValueError: close() closed the socket under select()
                 break
+        # Either side ended (or the proxy closed): end the pair.  Closed, not only shut down: a proxy that
+        # outlives thousands of connections (a chaos campaign's restarts) must not keep their descriptors.
         for sock in (src, dst):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._sockets = [sock for sock in self._sockets if sock is not src and sock is not dst]
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 @contextlib.contextmanager
