@@ -1,22 +1,19 @@
 """The commit-metadata mirror: a partition's open ranges as short ASCII text, and its marker.
 
-The open ranges of a partition are mirrored into the primary's Kafka commit
-metadata, which brokers cap at ``offset.metadata.max.bytes`` (4096 by default),
-so that they outlive the loss of the store.  Each row is
-``[start, end, committed, completion map]``, the map encoded by
-:mod:`fastrecover.completion_map`; the JSON rows are compressed with zstd when
-that pays and base64'd.  Decoding is strict: a malformed text raises
-``CodecError`` rather than yielding wrong ranges, because wrong ranges could
-skip records.
+The open ranges of a partition are mirrored into the primary's Kafka commit metadata, which
+brokers cap at ``offset.metadata.max.bytes`` (4096 by default), so that they outlive the loss of
+the store.  Each row is ``[start, end, committed, completion map]``, the map encoded by
+:mod:`fastrecover.completion_map`; the JSON rows are compressed with zstd when that pays and
+base64'd.  Decoding is strict: a malformed text raises ``CodecError`` rather than yielding wrong
+ranges, because wrong ranges could skip records.
 
-The mirror is *untrusted input*: anyone allowed to commit offsets for the group
-writes the metadata we read back.  :func:`decode_mirror` therefore bounds every
-size an attacker could choose (decompressed bytes, rows, completion-map offsets,
-offset values) *before* it allocates anything proportional to it, merges
-duplicate and overlapping rows, and, when a mirror key is configured, ignores
-metadata that does not carry a valid HMAC.  What recovery then does with a
-decoded mirror is equally conservative (see ``fastrecover.recovery``): at worst
-records are delivered twice, never skipped.
+The mirror is *untrusted input*: anyone allowed to commit offsets for the group writes the
+metadata we read back.  :func:`decode_mirror` therefore bounds every size an attacker could
+choose (decompressed bytes, rows, completion-map offsets, offset values) *before* it allocates
+anything proportional to it, merges duplicate and overlapping rows, and, when a mirror key is
+configured, ignores metadata that does not carry a valid HMAC.  What recovery then does with a
+decoded mirror is equally conservative (see ``fastrecover.recovery``): at worst records are
+delivered twice, never skipped.
 
 **The marker** (``fr2:<lineage>/<offset>:<mirror>``) is what fastrecover writes
 today: the ``fr1`` mirror behind a header naming the *lineage* (cluster id and

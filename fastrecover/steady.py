@@ -49,6 +49,11 @@ TICK_S = 0.05
 #: an expected assignment that has not come after this long (unsubscribe(), or a member left without
 #: partitions) no longer shortens the slices
 _JOIN_WAIT_S = 60.0
+#: after an assignment the slices stay short until the primary returns its first record, or this long.
+#: A recovery that jumped to the log end gets fresh records one at a time, at the producers' rate, and
+#: a batch consume() waits for its whole batch or the end of its slice: with IDLE_SLICE_S the first fresh
+#: records of a jump waited 50 ms behind a batch they could not fill
+_FIRST_RECORD_WAIT_S = 1.0
 
 
 class SteadyGate(StateBase):  # type: ignore[misc,valid-type]
@@ -63,8 +68,11 @@ class SteadyGate(StateBase):  # type: ignore[misc,valid-type]
         #: messages the primary returned (records and error events), for metrics()
         self.primary_messages = 0
         self.next_tick = 0.0
-        #: until when the waits on the primary use JOIN_SLICE_S (an assignment is expected)
+        #: until when the waits on the primary use JOIN_SLICE_S (an assignment is expected, or was just
+        #: made and no record has come since)
         self.joining_until = 0.0
+        #: an assignment was made and the primary has returned no record since
+        self.awaiting_first = False
         #: no backfill, deferred commit or held EOF: poll()/consume() take the short path
         self.steady = True
 
@@ -95,7 +103,8 @@ class SteadyGate(StateBase):  # type: ignore[misc,valid-type]
         self.joining_until = time.monotonic() + _JOIN_WAIT_S
 
     def assignment_made(self) -> None:
-        self.joining_until = 0.0
+        self.joining_until = time.monotonic() + _FIRST_RECORD_WAIT_S
+        self.awaiting_first = True
 
     def wait_slice(self, now: float) -> float:
         """How long the next wait on the primary may last before the state is looked at again."""
@@ -116,6 +125,9 @@ class SteadyGate(StateBase):  # type: ignore[misc,valid-type]
 
     def count(self, messages: int) -> None:
         self.primary_messages += messages
+        if messages and self.awaiting_first:
+            self.awaiting_first = False
+            self.joining_until = 0.0  # the first records came: the idle slices again
 
 
 def poll(self: Consumer, timeout: float | None = None) -> Message | None:
