@@ -101,6 +101,7 @@ class SteadyGate(StateBase):  # type: ignore[misc,valid-type]
     def expect_assignment(self) -> None:
         """subscribe() or a revoke: an assignment (and maybe a recovery) follows, inside some wait."""
         self.joining_until = time.monotonic() + _JOIN_WAIT_S
+        self.awaiting_first = False  # the records of partitions still held must not end this wait's slices
 
     def assignment_made(self) -> None:
         self.joining_until = time.monotonic() + _FIRST_RECORD_WAIT_S

@@ -30,3 +30,13 @@ def test_an_assignment_that_brings_no_record_ends_the_short_slices_after_a_while
     gate.assignment_made()
     later = time.monotonic() + steady._FIRST_RECORD_WAIT_S + 0.01
     assert gate.wait_slice(later) == IDLE_SLICE_S
+
+
+def test_records_while_an_assignment_is_expected_keep_the_short_slices() -> None:
+    """A revoke right after an assignment: records of the partitions still held come while the next
+    assignment is expected, and must not end its short slices."""
+    gate = SteadyGate()
+    gate.assignment_made()
+    gate.expect_assignment()
+    gate.count(7)
+    assert gate.wait_slice(time.monotonic()) == JOIN_SLICE_S
