@@ -376,6 +376,8 @@ class _Member:
     thaw_at: float | None = None
     #: this incarnation was frozen once already (it is killed at its next kill time)
     froze: bool = False
+    #: the member's own proxy to Kafka (ChaosDriver's ``networks``); None: it reaches the broker directly
+    network: FreezableProxy | None = None
     #: the member's network to Kafka is frozen until then; None: flowing
     net_thaw_at: float | None = None
     net_frozen_since: float = 0.0
@@ -404,7 +406,6 @@ class ChaosDriver:
         if config.net_freeze_share and not networks:
             raise ValueError("net_freeze_share needs networks: a proxy to Kafka per member")
         self.config = config
-        self.networks = list(networks)
         self.rng = random.Random(config.seed)
         self.on_kill = on_kill
         self.faults_for = faults
@@ -414,7 +415,7 @@ class ChaosDriver:
         tag = uuid.uuid4().hex[:8]
         self.group = config.group or f"chaos-{tag}"
         self.topics = list(config.topic_names or [f"chaos-{tag}-{i}" for i in range(config.topics)])
-        self.members = [_Member(f"m{i + 1}") for i in range(config.members)]
+        self.members = [_Member(f"m{i + 1}", network=networks[i] if networks else None) for i in range(config.members)]
         self.procs: list[WorkerProc] = []
         self.kills = 0
         self.producer: SequencedProducer | None = None
@@ -464,10 +465,9 @@ class ChaosDriver:
         mode = self.rng.choice(list(c.commit_modes))
         # drawn only when there is a choice: a single API leaves the seed's schedule as it was before --apis
         api = self.rng.choice(list(c.apis)) if len(c.apis) > 1 else c.apis[0]
-        index = self.members.index(member)
         argv = [
             "--bootstrap",
-            f"127.0.0.1:{self.networks[index].port}" if self.networks else c.bootstrap,
+            c.bootstrap if member.network is None else f"127.0.0.1:{member.network.port}",
             "--group",
             self.group,
             "--parallel",
@@ -633,7 +633,8 @@ class ChaosDriver:
         """
         if took is None:
             took = self._freeze_rng.uniform(*self.config.freeze_s)
-        self.networks[self.members.index(member)].freeze()
+        assert member.network is not None
+        member.network.freeze()
         member.froze, member.net_thaw_at, member.net_frozen_since = True, now + took, now
         if member.proc is not None:
             at = int(time.time() * 1000)
@@ -641,7 +642,8 @@ class ChaosDriver:
         log.info("network of %s frozen for %.1f s (session %d ms)", member.name, took, self.config.session_ms)
 
     def _net_thaw(self, member: _Member, now: float) -> None:
-        self.networks[self.members.index(member)].thaw()
+        assert member.network is not None
+        member.network.thaw()
         took = now - member.net_frozen_since
         self.net_freezes += 1
         self.net_freezes_past_session += took * 1000 > self.config.session_ms
