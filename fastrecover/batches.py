@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 from itertools import compress, count, islice, pairwise
 from operator import ne
 from typing import TYPE_CHECKING, cast
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 from confluent_kafka import Message
 
 from fastrecover.tokens import TopicPartitionKey
+from fastrecover.values import field, record, value
 
 if TYPE_CHECKING:
     from fastrecover.book import RangeWork
@@ -73,7 +73,7 @@ def partition_runs(msgs: list[Message]) -> list[tuple[TopicPartitionKey, int, in
     return [(TopicPartitionKey(*pairs[lo]), lo, hi) for lo, hi in runs(pairs)]
 
 
-@dataclass(frozen=True)
+@value
 class SkipEvent:
     """Retention removed ``[next offset, low)`` of a range before it was read."""
 
@@ -81,7 +81,7 @@ class SkipEvent:
     low: int
 
 
-@dataclass(frozen=True)
+@value
 class GapEvent:
     """Offsets in ``[start, end)`` of a range hold no record (compaction, transaction markers)."""
 
@@ -93,7 +93,7 @@ class GapEvent:
 ChildEvent = SkipEvent | GapEvent
 
 
-@dataclass(frozen=True)
+@value
 class Run:
     """Records of one range just handed out: ``[first, last]`` of its delivery order."""
 
@@ -103,7 +103,7 @@ class Run:
     last: int
 
 
-@dataclass(frozen=True)
+@value
 class Cut:
     """Where a range's records lie in a batch: ``offsets[lo:hi]``, and what follows for the range."""
 
@@ -142,7 +142,7 @@ def cut_batch(offsets: Sequence[int], fetch_next: int, end: int) -> Cut:
     return Cut(lo, hi, fetch_next, fetched_all, gaps)
 
 
-@dataclass
+@record
 class Segment:
     """Buffered records of one range, in offset order; ``pos`` is the next one to hand out."""
 

@@ -16,14 +16,14 @@ I/O happens here: the committer writes what the book says, the child reads what
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from fastrecover.codec import MARKED_MIRROR_LIMIT, encode_mirror_full, mark, sign_mirror
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
+from fastrecover.values import record
 
 
-@dataclass
+@record
 class RangeWork:
     """A read order for the child: deliver ``[next_offset, end)`` of a range, except ``skip``.
 
@@ -35,14 +35,14 @@ class RangeWork:
     start: int
     next_offset: int
     end: int
-    skip: frozenset[int] = field(default_factory=frozenset)
+    skip: frozenset[int] = frozenset()
     #: offset the fetcher is expected to return next (>= next_offset while records are buffered)
     fetch_next: int = -1
     #: the fetcher went past ``end``: once the buffer holds none of it, the range is read
     fetched_all: bool = False
 
 
-@dataclass
+@record
 class Held:
     """One range this member holds (or keeps parked while the store is down)."""
 

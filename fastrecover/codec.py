@@ -33,7 +33,6 @@ import hashlib
 import hmac
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from fastrecover.completion_map import (
     MIN_COMPRESSED_BYTES,
@@ -45,6 +44,7 @@ from fastrecover.completion_map import (
 )
 from fastrecover.errors import CodecError
 from fastrecover.ranges import RangeProgress
+from fastrecover.values import value
 
 _MIRROR_PREFIX = "fr1:"
 _MARKER_PREFIX = "fr2:"
@@ -245,7 +245,7 @@ def _marked_context(context: str, header: str) -> str:
     return f"{context}|{header}"
 
 
-@dataclass(frozen=True)
+@value
 class Marker:
     """What commit metadata says about the offset it was committed with.
 

@@ -22,7 +22,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, TopicPartition
@@ -33,6 +32,7 @@ from fastrecover.latency import LatencyRecorder
 from fastrecover.store import CommitResult, ProgressUpdate
 from fastrecover.store_link import CONNECT_SLACK_S, StoreLink
 from fastrecover.tokens import TopicPartitionKey
+from fastrecover.values import record
 
 if TYPE_CHECKING:
     from fastrecover.store import RangeStore
@@ -42,7 +42,7 @@ __all__ = ["RangeCommitter", "StoreLink"]  # StoreLink: its home is fastrecover.
 log = logging.getLogger("fastrecover.committer")
 
 
-@dataclass
+@record
 class _Job:
     updates: list[ProgressUpdate]
     store: RangeStore

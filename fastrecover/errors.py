@@ -80,3 +80,7 @@ class OffsetFormatError(FastRecoverError, ValueError):
 
 class CheckpointError(FastRecoverError):
     """A Spark checkpoint file is missing, malformed or inconsistent with the others."""
+
+
+class FrozenInstanceError(FastRecoverError, AttributeError):
+    """An assignment to a field of a frozen value (fastrecover.values.value): values are never changed in place."""

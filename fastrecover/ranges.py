@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TypeVar
+
+from fastrecover.values import value
 
 K = TypeVar("K")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class OffsetRange:
     """Half-open offset interval ``[start, end)``."""
 
@@ -61,7 +62,7 @@ def subtract(whole: OffsetRange, holes: Iterable[OffsetRange]) -> list[OffsetRan
     return [p for p in pieces if len(p) > 0]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RangeProgress:
     """How far the backfill of one range has got.
 
@@ -75,7 +76,7 @@ class RangeProgress:
     start: int
     end: int
     committed: int
-    completed: frozenset[int] = field(default_factory=frozenset)
+    completed: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.end < self.start:

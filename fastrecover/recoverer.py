@@ -20,7 +20,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
@@ -35,6 +34,7 @@ from fastrecover.recovery import PartitionPlan, plan_partition, this_cluster, tr
 from fastrecover.recovery_reads import LATEST, PartitionInputs, RecoveryReads
 from fastrecover.recovery_writes import Recovered, RecoveryReport, RecoveryWriter
 from fastrecover.tokens import Token, TopicPartitionKey
+from fastrecover.values import replace
 
 __all__ = ["Recovered", "Recoverer", "RecoveryReport"]
 

@@ -38,14 +38,14 @@ all (:func:`this_cluster`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from fastrecover.codec import Marker, lineage_cluster
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.tokens import Token
+from fastrecover.values import value
 
 
-@dataclass(frozen=True)
+@value
 class Trust:
     """The ranges Kafka's committed offset vouches for.
 
@@ -93,7 +93,7 @@ def this_cluster(tokens: Iterable[Token], cluster: str) -> list[Token]:
     return [t for t in tokens if t.lineage is None or lineage_cluster(t.lineage) == cluster]
 
 
-@dataclass(frozen=True)
+@value
 class PartitionPlan:
     """What recovery does for one partition.
 
@@ -104,7 +104,7 @@ class PartitionPlan:
     primary_start: int | None
     new_ranges: tuple[OffsetRange, ...] = ()
     restored: tuple[RangeProgress, ...] = ()
-    backfill: tuple[Token, ...] = field(default_factory=tuple)
+    backfill: tuple[Token, ...] = ()
     fallback_start: int | None = None
     #: ranges whose facts Kafka's committed offset no longer vouches for: marked superseded first
     retired: tuple[Token, ...] = ()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -25,6 +24,7 @@ from fastrecover.errors import CodecError, StoreError
 from fastrecover.ranges import RangeProgress
 from fastrecover.recovery import Trust
 from fastrecover.tokens import Token, TopicPartitionKey
+from fastrecover.values import value
 
 if TYPE_CHECKING:
     from fastrecover.store import RangeStore
@@ -37,7 +37,7 @@ LATEST = -1
 EARLIEST = -2
 
 
-@dataclass(frozen=True)
+@value
 class PartitionInputs:
     """What recovery read for one partition before planning it."""
 

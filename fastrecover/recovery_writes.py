@@ -14,7 +14,6 @@ never lossy.  :class:`RecoveryReport` and :class:`Recovered` are what
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -27,6 +26,7 @@ from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.recovery import PartitionPlan
 from fastrecover.recovery_reads import PartitionInputs
 from fastrecover.tokens import Token, TopicPartitionKey
+from fastrecover.values import record, replace, value
 
 if TYPE_CHECKING:
     from fastrecover.store import RangeStore
@@ -37,7 +37,7 @@ _MAX_START_CONFLICTS = 64
 log = logging.getLogger("fastrecover.recovery")
 
 
-@dataclass(frozen=True)
+@value
 class RecoveryReport:
     """What recovery did for one partition (kept for operators and tests)."""
 
@@ -54,7 +54,7 @@ class RecoveryReport:
     stored: bool = True
 
 
-@dataclass
+@record
 class Recovered:
     """The outcome for a batch of partitions."""
 

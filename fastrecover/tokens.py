@@ -8,11 +8,11 @@ A pure value type shared by the store (which persists it), the recovery decision
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from enum import Enum
 from typing import NamedTuple
 
 from fastrecover.ranges import OffsetRange, RangeProgress
+from fastrecover.values import replace, value
 
 
 class TokenState(str, Enum):
@@ -37,7 +37,7 @@ class TopicPartitionKey(NamedTuple):
         return f"{self.topic}[{self.partition}]"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Token:
     """A persisted backfill range of one partition of one consumer group."""
 

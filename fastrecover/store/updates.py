@@ -7,13 +7,12 @@ light as ``confluent_kafka`` for an application that runs with the mode off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from fastrecover.ranges import RangeProgress
 from fastrecover.tokens import Token
+from fastrecover.values import field, value
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ProgressUpdate:
     """One range's new progress, written only if ``(owner, epoch)`` still holds it.
 
@@ -28,7 +27,7 @@ class ProgressUpdate:
     skipped: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class CommitResult:
     """Outcome of a batch: the tokens as now stored, and the ids whose holder was fenced."""
 

@@ -39,6 +39,7 @@ PURE = frozenset(
         "codec",
         "recovery",
         "tokens",
+        "values",
         "book",
         "partitions",
         "config",

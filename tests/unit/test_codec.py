@@ -31,7 +31,7 @@ from fastrecover.codec import (
     read_marker,
 )
 from fastrecover.codec import _mirror_text as _mirror_text
-from fastrecover.completion_map import compress, decode_completed, encode_completed
+from fastrecover.completion_map import MIN_COMPRESSED_BYTES, compress, decode_completed, encode_completed
 from fastrecover.errors import CodecError, FastRecoverError
 from fastrecover.ranges import RangeProgress
 
@@ -296,12 +296,12 @@ def unfinished(ranges: list[RangeProgress]) -> set[int]:
 
 
 def _reference_mirror_text(ranges: list[RangeProgress], with_maps: bool) -> str:
-    """The mirror text as json.dumps and a new zstd compressor write it (what the encoder always wrote)."""
+    """The mirror text as json.dumps and a new zstd compressor write it; a short one is never compressed."""
     rows = [
         [r.start, r.end, r.committed, encode_completed(r.committed, r.completed) if with_maps else ""] for r in ranges
     ]
     raw = json.dumps(rows, separators=(",", ":")).encode("ascii")
-    packed = zstandard.ZstdCompressor(level=3).compress(raw)
+    packed = zstandard.ZstdCompressor(level=3).compress(raw) if len(raw) >= MIN_COMPRESSED_BYTES else raw
     if len(packed) < len(raw):
         return "fr1:Z" + base64.b64encode(packed).decode("ascii")
     return "fr1:J" + base64.b64encode(raw).decode("ascii")

@@ -135,6 +135,9 @@ def declarations(sources: dict[str, str]) -> dict[str, list[Declared]]:
 
 
 def _is_frozen_dataclass(decorator: ast.expr) -> bool:
+    """``@dataclass(frozen=True)``, or fastrecover.values' ``@value`` (always frozen)."""
+    if isinstance(decorator, ast.Name | ast.Attribute) and ast.unparse(decorator).split(".")[-1] == "value":
+        return True
     return (
         isinstance(decorator, ast.Call)
         and ast.unparse(decorator.func).split(".")[-1] == "dataclass"

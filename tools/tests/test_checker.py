@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fastrecover.ranges import RangeProgress
 from fastrecover.tokens import Token, TokenState
+from fastrecover.values import replace
 from fastrecover_tools.chaos.checker import (
     Incarnation,
     LedgerEntry,
