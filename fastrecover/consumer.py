@@ -89,7 +89,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             raise
 
     def _build_mode(self) -> ParallelMode:
-        """Build the mode, its modules imported since construction, in the caller's thread (startup.py)."""
+        """Build the mode in the caller's thread, importing its modules first if they are not yet (startup.py)."""
         pending = self._pending
         if pending is None:
             raise RuntimeError("Consumer closed")  # confluent_kafka's words for a closed consumer

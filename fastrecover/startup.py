@@ -1,30 +1,27 @@
-"""What a mode-on consumer does at construction, and what it leaves to a thread until it is needed.
+"""What a mode-on consumer does at construction, and what it leaves until it is needed.
 
 A restarted consumer's first fresh record waits for the process to start, the group join and the
-recovery.  The join is mostly waiting on the broker: about 65 ms on a local broker, 50 of them idle
-in the caller's thread.  The mode's own modules (the recovery, the child, the store link, the commit
-router, their value types) take about as long to import, most of it Python creating their
-dataclasses.  Imported before construction they came first on that path, and made a small-lag
-restart slower than the plain client's.  So construction does only what must fail early (the
-configuration check, both librdkafka handles, the advice on static membership) and starts a thread
-that imports the rest; ``subscribe()`` sends the join to the broker before it waits for that import;
-and the first call that needs the mode builds it in the caller's thread, which owns both consumers.
+recovery.  The join is mostly waiting on the broker (about 25 ms on a local broker with the
+quickstart's settings), while the mode's own modules (the recovery, the child, the store link, the
+commit router, their value types) take about 15-20 ms of CPU to import.  Imported with
+``fastrecover.consumer`` they came before the join on that path, and made a small-lag restart slower
+than the plain client's.  So construction does only what must fail early (the configuration check,
+both librdkafka handles, the advice on static membership), and ``subscribe()`` hands the subscription
+to librdkafka first and imports the mode after: librdkafka's own thread sends the join and waits for
+the broker while the caller's thread imports.  Not a thread of its own, from construction on: it
+would take the GIL from the application's thread at the next forced switch, and the join would leave
+about 5 ms later.  The first call that needs the mode builds it in the caller's thread, which owns both consumers.
 
 Until then the object is an instance of :func:`pending_class` of ``Consumer``: every method that
 depends on the mode first builds it, then runs as the built consumer's.  The mode is built at
 construction instead for a subclass of ``Consumer`` (its class is the application's to keep), and
 when every recovery waits for the store (``Settings.defers_store_open`` false): its open, about
-0.3 s, then begins at once, and the import's 50 ms no longer matter.
+0.3 s, then begins at once, and the import no longer matters.
 """
 
 from __future__ import annotations
 
-import _thread
-import atexit
-import importlib
 import logging
-import os
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,8 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("fastrecover.consumer")
 
 _K = _KafkaConsumer
-#: the module whose import brings in the whole mode (it imports every unit the mode is made of)
-_MODE_MODULE = "fastrecover.parallel"
 C = TypeVar("C", bound=_KafkaConsumer)
 
 
@@ -80,49 +75,8 @@ def advise_static_membership(conf: dict[str, Any]) -> None:
     )
 
 
-class _ModeImport:
-    """The import of the mode's modules on a thread of its own, started once per process.
-
-    A ``threading.Thread`` would cost its ``start()``: it waits until the new thread runs, and that
-    thread then holds the GIL while it imports, so the caller gets it back only at the next forced
-    switch (5 ms), before it has even sent the join.  This thread is started without that handshake.
-    It is not a daemon in effect: an interpreter that exits within the import waits for it (atexit),
-    instead of freezing a thread that may hold an import lock its own shutdown needs.
-    """
-
-    _lock = threading.Lock()
-    _done: threading.Event | None = None
-    _pid = 0
-
-    @classmethod
-    def start(cls) -> None:
-        with cls._lock:
-            if cls._done is not None and cls._pid == os.getpid():
-                return
-            done = threading.Event()
-            cls._done, cls._pid = done, os.getpid()
-            atexit.register(cls.wait)  # a child forked meanwhile inherits the hook, and wait() returns there
-            _thread.start_new_thread(cls._run, (done,))
-
-    @staticmethod
-    def _run(done: threading.Event) -> None:
-        try:
-            importlib.import_module(_MODE_MODULE)
-        except BaseException as exc:  # the caller's own import raises it again, with its traceback
-            log.debug("importing %s on the start-up thread failed: %r", _MODE_MODULE, exc)
-        finally:
-            done.set()
-
-    @classmethod
-    def wait(cls) -> None:
-        """Until the import has ended; in a forked child, whose copy of the thread never runs, at once."""
-        done = cls._done
-        if done is not None and cls._pid == os.getpid():
-            done.wait()
-
-
 class PendingMode:
-    """What the mode is built from, while its modules are imported on a thread of their own."""
+    """What the mode is built from, kept until the first call that needs the mode."""
 
     __slots__ = ("child", "conf", "settings")
 
@@ -130,11 +84,9 @@ class PendingMode:
         self.conf = conf
         self.settings = settings
         self.child = child
-        _ModeImport.start()
 
     def build(self, app: _KafkaConsumer) -> ParallelMode:
-        """The mode of ``app``, once the import is done (an import that failed raises here, as its own error)."""
-        _ModeImport.wait()
+        """The mode of ``app``, its modules imported now if they are not yet."""
         return mode_class()(app, self.conf, self.settings, self.child)
 
 
@@ -200,7 +152,7 @@ def pending_class(consumer: type[C]) -> type[C]:
             self._build_mode()  # confluent_kafka's own error, from the built consumer's subscribe()
             self.subscribe(topics, *callbacks)
             return
-        _K.subscribe(self, topics, **_RELAYS)
+        _K.subscribe(self, topics, **_RELAYS)  # librdkafka's thread joins the group while the mode is imported
         self._build_mode().handover.subscribed(*callbacks)
 
     subscribe.__doc__ = consumer.subscribe.__doc__

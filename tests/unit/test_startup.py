@@ -1,9 +1,9 @@
-"""A mode-on consumer's construction leaves the mode's import to a thread and builds it at first use.
+"""A mode-on consumer's construction leaves the mode's import to its first call that needs the mode.
 
 No broker: librdkafka connects lazily, so a consumer pointed at a closed port constructs, builds its
 mode and closes without one.  What the pending state must guarantee:
 
-* importing ``fastrecover.consumer`` does not import the mode's units (the import the thread does);
+* importing ``fastrecover.consumer``, or constructing a consumer, does not import the mode's units;
 * until the first call that needs the mode the object is a pending subclass, and every public
   method of ``Consumer`` builds the mode first, then answers as ``Consumer``'s;
 * the mode is built at construction where the overlap cannot apply (an application's subclass)
@@ -164,50 +164,21 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-def test_an_interpreter_that_exits_during_the_import_waits_for_it(tmp_path: Path) -> None:
-    """The import runs on a thread started without ``threading.Thread``'s handshake, so nothing joins it at
-    exit on its own: the exit waits for it (atexit), and a hook registered before the consumer (so run
-    after that wait) finds the mode imported, in an exit that leaves cleanly."""
+def test_construction_leaves_the_mode_unimported_until_a_call_needs_it(tmp_path: Path) -> None:
+    """Construction imports none of the mode's units: ``subscribe()`` imports them once the join is
+    handed to librdkafka, so that nothing of theirs comes before the join on a restart's path."""
     code = f"""
-import atexit, sys
+import sys
 from fastrecover import Consumer
 
-atexit.register(lambda: print("imported" if "fastrecover.parallel" in sys.modules else "not imported"))
-Consumer({{"bootstrap.servers": "{NOWHERE}", "group.id": "g", "group.instance.id": "i",
-          "enable.parallel.rebalance": True, "fastrecover.store.url": "sqlite:///{tmp_path / "store.db"}"}})
-sys.exit(0)
+consumer = Consumer({{"bootstrap.servers": "{NOWHERE}", "group.id": "g", "group.instance.id": "i",
+                     "enable.parallel.rebalance": True,
+                     "fastrecover.store.url": "sqlite:///{tmp_path / "store.db"}"}})
+before = "fastrecover.parallel" in sys.modules
+consumer.subscribe(["t"])
+print(before, "fastrecover.parallel" in sys.modules, type(consumer) is Consumer)
+consumer.close()
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "imported"
-
-
-def test_two_pending_consumers_share_one_import(conf: dict[str, Any], consumers: list[Consumer]) -> None:
-    from fastrecover.startup import _ModeImport
-
-    consumers.extend([Consumer(conf), Consumer({**conf, "group.id": "startup-test-2"})])
-    started = _ModeImport._done
-    assert started is not None
-    for consumer in consumers:
-        assert consumer.parallel_rebalance_enabled
-    assert _ModeImport._done is started and started.is_set()
-
-
-def test_a_child_forked_during_the_import_exits() -> None:
-    """A process forked while the import runs inherits the exit hook that waits for it, but not the
-    thread that ends the wait: the child's exit must not wait (no consumer here: librdkafka's own
-    threads do not survive a fork either)."""
-    code = """
-import os, sys
-from fastrecover.startup import _ModeImport
-
-_ModeImport.start()
-pid = os.fork()
-if pid == 0:
-    sys.exit(7)
-_, status = os.waitpid(pid, 0)
-print(os.waitstatus_to_exitcode(status))
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "7"
+    assert done.stdout.split() == ["False", "True", "True"]
