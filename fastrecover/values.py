@@ -70,9 +70,7 @@ def _fields(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
         if name in cls.__dict__:
             default = cls.__dict__[name]
             if isinstance(default, _UNSHAREABLE):
-                raise TypeError(
-                    f"{cls.__qualname__}.{name}: a mutable default is shared; use field(default_factory=...)"
-                )
+                raise TypeError(f"{cls.__qualname__}.{name}: a mutable default would be shared; use field()")
             defaults[name] = default
             if isinstance(default, _Factory):
                 delattr(cls, name)
