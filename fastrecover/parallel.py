@@ -34,6 +34,7 @@ from fastrecover.tick import Ticker
 from fastrecover.tokens import Token
 
 if TYPE_CHECKING:
+    from fastrecover.lookahead import Lookahead
     from fastrecover.metrics import ConsumerMetrics
 
 _K = _KafkaConsumer
@@ -50,9 +51,14 @@ class ParallelMode:
     """The mode-on consumer's facade: poll()/consume() over the units, and the calls that reach one unit."""
 
     def __init__(
-        self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None = None
+        self,
+        app: _KafkaConsumer,
+        conf: dict[str, Any],
+        settings: Settings,
+        child: _KafkaConsumer | None = None,
+        lookahead: Lookahead | None = None,
     ) -> None:
-        self.parts = parts = ModeParts(app, conf, settings, child)
+        self.parts = parts = ModeParts(app, conf, settings, child, lookahead)
         self.app = app
         self.gate = SteadyGate()
         self.streams = Streams(parts, self.gate)
