@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
@@ -30,9 +30,6 @@ from fastrecover.primary import PrimaryOffsets
 from fastrecover.recoverer import Recovered, Recoverer
 from fastrecover.store_link import StoreLink
 from fastrecover.tokens import TopicPartitionKey
-
-if TYPE_CHECKING:
-    from fastrecover.lookahead import Lookahead
 
 log = logging.getLogger("fastrecover.consumer")
 
@@ -80,12 +77,7 @@ class ModeParts:
     """The units and settings of one mode-on consumer (``app`` is the application's object); never reassigned."""
 
     def __init__(
-        self,
-        app: _KafkaConsumer,
-        conf: dict[str, Any],
-        settings: Settings,
-        child: _KafkaConsumer | None = None,
-        lookahead: Lookahead | None = None,
+        self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None = None
     ) -> None:
         self.app = app
         self.settings = settings
@@ -128,7 +120,6 @@ class ModeParts:
             self.owner,
             self.child.cluster_id,
             reset_earliest=str(conf.get("auto.offset.reset", "latest")).lower() in _EARLIEST_RESETS,
-            lookahead=lookahead,
         )
         # the steady state from the start: records untracked, the client's positions read instead
         self.offsets = PrimaryOffsets(untracked=self.auto_store)

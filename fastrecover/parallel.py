@@ -34,7 +34,6 @@ from fastrecover.tick import Ticker
 from fastrecover.tokens import Token
 
 if TYPE_CHECKING:
-    from fastrecover.lookahead import Lookahead
     from fastrecover.metrics import ConsumerMetrics
 
 _K = _KafkaConsumer
@@ -51,14 +50,9 @@ class ParallelMode:
     """The mode-on consumer's facade: poll()/consume() over the units, and the calls that reach one unit."""
 
     def __init__(
-        self,
-        app: _KafkaConsumer,
-        conf: dict[str, Any],
-        settings: Settings,
-        child: _KafkaConsumer | None = None,
-        lookahead: Lookahead | None = None,
+        self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None = None
     ) -> None:
-        self.parts = parts = ModeParts(app, conf, settings, child, lookahead)
+        self.parts = parts = ModeParts(app, conf, settings, child)
         self.app = app
         self.gate = SteadyGate()
         self.streams = Streams(parts, self.gate)

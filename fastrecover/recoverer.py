@@ -20,7 +20,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
@@ -36,9 +35,6 @@ from fastrecover.recovery_reads import LATEST, PartitionInputs, RecoveryReads
 from fastrecover.recovery_writes import Recovered, RecoveryReport, RecoveryWriter
 from fastrecover.tokens import Token, TopicPartitionKey
 from fastrecover.values import replace
-
-if TYPE_CHECKING:
-    from fastrecover.lookahead import Lookahead
 
 __all__ = ["Recovered", "Recoverer", "RecoveryReport"]
 
@@ -71,16 +67,13 @@ class Recoverer:
         cluster_of: Callable[[str], str | None],
         *,
         reset_earliest: bool = False,
-        lookahead: Lookahead | None = None,
     ) -> None:
         self._book = book
         self._link = link
         self._settings = settings
         self._group = group
         #: what recovery reads from the broker and the store, and where it writes what it decided
-        self._reads = RecoveryReads(
-            primary, settings, group, cluster_of, reset_earliest=reset_earliest, lookahead=lookahead
-        )
+        self._reads = RecoveryReads(primary, settings, group, cluster_of, reset_earliest=reset_earliest)
         self._writer = RecoveryWriter(primary, book, group, owner)
         #: partitions that replayed while the store opened, with what their recovery read (recover_pending)
         self.pending: dict[TopicPartitionKey, PartitionInputs] = {}
@@ -117,11 +110,7 @@ class Recoverer:
                 exc,
             )
             return out
-        # the store's state once for the whole decision: a replay decided on the early log ends must stay one
-        opening = self._link.opening
-        log_ends = self._early_replay(keys, committed, opening)
-        if log_ends is None:
-            log_ends = self._reads.list_offsets(keys, LATEST)
+        log_ends = self._reads.list_offsets(keys, LATEST)
         unchecked = [k for k in keys if (c := committed.get(k)) is None or c.offset < 0]
         checkpointed = any(tp.offset >= 0 for tp in committed.values())
         starts_at = self._reads.reset_starts(unchecked) if unchecked and checkpointed else {}
@@ -135,7 +124,7 @@ class Recoverer:
             read[key] = (offset, self._reads.marker(key, ctp.metadata if ctp is not None else None))
         for key in read:
             self.pending.pop(key, None)  # recovered anew
-        replay = self._replays_first(read, log_ends, opening)
+        replay = self._replays_first(read, log_ends)
         on_mirror = not replay and self._jumps_on_mirror()
         store = None if replay or on_mirror else self._link.get()
         stored = self._reads.stored_tokens(
@@ -201,40 +190,13 @@ class Recoverer:
         return plans
 
     def _replays_first(
-        self,
-        read: dict[TopicPartitionKey, tuple[int | None, Marker | None]],
-        log_ends: dict[TopicPartitionKey, int],
-        opening: bool,
+        self, read: dict[TopicPartitionKey, tuple[int | None, Marker | None]], log_ends: dict[TopicPartitionKey, int]
     ) -> bool:
         """The store is still opening and a replay of every lag here comes sooner than it (see config)."""
         limit = self._settings.replay_max_offsets
-        if limit <= 0 or not read or not opening:
+        if limit <= 0 or not read or not self._link.opening:
             return False
         return all(c is None or log_ends[k] - c <= limit for k, (c, _) in read.items())
-
-    def _early_replay(
-        self, keys: list[TopicPartitionKey], committed: dict[TopicPartitionKey, TopicPartition], opening: bool
-    ) -> dict[TopicPartitionKey, int] | None:
-        """The log ends read during the join (lookahead.py), when with them every partition replays.
-
-        Only a replay may rest on them: it starts each primary at its committed offset, and a log end
-        read earlier can only make a lag look smaller (more replayed, never a record skipped).  Each
-        partition needs a committed offset at or below its early log end: a commit since the read (a
-        member that committed in its revoke) leaves the recovery to read the log ends afresh.
-        """
-        early = self._reads.early_log_ends(keys)
-        if early is None:
-            return None
-        read: dict[TopicPartitionKey, tuple[int | None, Marker | None]] = {}
-        for key in keys:
-            ctp = committed.get(key)
-            if ctp is None or not 0 <= ctp.offset <= early[key]:
-                return None
-            read[key] = (ctp.offset, None)
-        if not self._replays_first(read, early, opening):
-            return None
-        log.debug("recovery of %d partition(s) replays on the log ends read during the join", len(keys))
-        return early
 
     def _jumps_on_mirror(self) -> bool:
         """The store is still opening and the ranges can be made durable in Kafka's commit metadata instead.

@@ -27,7 +27,6 @@ from fastrecover.tokens import Token, TopicPartitionKey
 from fastrecover.values import value
 
 if TYPE_CHECKING:
-    from fastrecover.lookahead import Lookahead
     from fastrecover.store import RangeStore
 
 log = logging.getLogger("fastrecover.recovery")
@@ -63,7 +62,6 @@ class RecoveryReads:
         cluster_of: Callable[[str], str | None],
         *,
         reset_earliest: bool = False,
-        lookahead: Lookahead | None = None,
     ) -> None:
         self._primary = primary  # the application's object: its confluent_kafka methods, never overrides
         self._settings = settings
@@ -74,8 +72,6 @@ class RecoveryReads:
         self._cluster: str | None = None
         #: auto.offset.reset sends a partition with no committed offset to its log start (see reset_starts)
         self._reset_earliest = reset_earliest
-        #: what the child's handle read during the join, for the first recovery (see lookahead.py)
-        self._lookahead = lookahead
 
     def committed(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, TopicPartition]:
         """The group's committed offset (and metadata) of each partition, in one OffsetFetch.
@@ -97,7 +93,7 @@ class RecoveryReads:
         so a recovery that does not know its cluster does not run.
         """
         if self._cluster is None:
-            found = (self._lookahead.cluster_id if self._lookahead is not None else None) or self._cluster_of(topic)
+            found = self._cluster_of(topic)
             if found is None:
                 log.warning("no recovery: the cluster id is unavailable; starting as a plain consumer")
                 return None
@@ -122,13 +118,6 @@ class RecoveryReads:
         if not self._reset_earliest or not keys:
             return {}
         return self.list_offsets(keys, EARLIEST)
-
-    def early_log_ends(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int] | None:
-        """The log ends of ``keys`` the lookahead read during the join, if recent and complete; once only."""
-        if self._lookahead is None:
-            return None
-        ends = self._lookahead.log_ends(keys)
-        return None if ends is None else {k: ends[k] for k in keys}  # keyed as the recovery's keys
 
     def list_offsets(self, keys: list[TopicPartitionKey], timestamp: int) -> dict[TopicPartitionKey, int]:
         """Each partition's log end (``LATEST``) or start (``EARLIEST``), in one request where the broker allows.

@@ -30,7 +30,6 @@ from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.config import Settings
 from fastrecover.errors import ConfigError
-from fastrecover.lookahead import Lookahead
 
 if TYPE_CHECKING:
     from fastrecover.parallel import ParallelMode
@@ -79,29 +78,16 @@ def advise_static_membership(conf: dict[str, Any]) -> None:
 class PendingMode:
     """What the mode is built from, kept until the first call that needs the mode."""
 
-    __slots__ = ("child", "conf", "lookahead", "settings")
+    __slots__ = ("child", "conf", "settings")
 
     def __init__(self, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer) -> None:
         self.conf = conf
         self.settings = settings
         self.child = child
-        #: the first recovery's reads, asked on the child's handle from subscribe() on (lookahead.py)
-        self.lookahead: Lookahead | None = None
-
-    def look_ahead(self, topics: list[str]) -> None:
-        """Ask on the child's handle, while the join runs, what the first recovery will need."""
-        if self.lookahead is None:
-            self.lookahead = Lookahead(self.child, topics)
 
     def build(self, app: _KafkaConsumer) -> ParallelMode:
-        """The mode of ``app``, its modules imported now if they are not yet.
-
-        Built once the lookahead's thread has ended: the child's handle is then the caller's alone.
-        """
-        mode = mode_class()
-        if self.lookahead is not None:
-            self.lookahead.settle()
-        return mode(app, self.conf, self.settings, self.child, self.lookahead)
+        """The mode of ``app``, its modules imported now if they are not yet."""
+        return mode_class()(app, self.conf, self.settings, self.child)
 
 
 def mode_class() -> type[ParallelMode]:
@@ -167,7 +153,6 @@ def pending_class(consumer: type[C]) -> type[C]:
             self.subscribe(topics, *callbacks)
             return
         _K.subscribe(self, topics, **_RELAYS)  # librdkafka's thread joins the group while the mode is imported
-        self._pending.look_ahead(topics)
         self._build_mode().handover.subscribed(*callbacks)
 
     subscribe.__doc__ = consumer.subscribe.__doc__
