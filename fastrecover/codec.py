@@ -1,37 +1,31 @@
 """The commit-metadata mirror: a partition's open ranges as short ASCII text, and its marker.
 
-The open ranges of a partition are mirrored into the primary's Kafka commit metadata, which
-brokers cap at ``offset.metadata.max.bytes`` (4096 by default), so that they outlive the loss of
-the store.  Each row is ``[start, end, committed, completion map]``, the map encoded by
-:mod:`fastrecover.completion_map`; the JSON rows are compressed with zstd when that pays and
-base64'd.  Decoding is strict: a malformed text raises ``CodecError`` rather than yielding wrong
-ranges, because wrong ranges could skip records.
+The open ranges of a partition are mirrored into the primary's Kafka commit metadata, which brokers
+cap at ``offset.metadata.max.bytes`` (4096 by default), so that they outlive the loss of the store.
+Each row is ``[start, end, committed, completion map]`` (:mod:`fastrecover.completion_map`); the
+JSON rows are compressed with zstd when that pays and base64'd. Decoding is strict: a malformed text
+raises ``CodecError`` rather than yielding wrong ranges, which could skip records.
 
-The mirror is *untrusted input*: anyone allowed to commit offsets for the group writes the
-metadata we read back.  :func:`decode_mirror` therefore bounds every size an attacker could
-choose (decompressed bytes, rows, completion-map offsets, offset values) *before* it allocates
-anything proportional to it, merges duplicate and overlapping rows, and, when a mirror key is
-configured, ignores metadata that does not carry a valid HMAC.  What recovery then does with a
-decoded mirror is equally conservative (see ``fastrecover.recovery``): at worst records are
-delivered twice, never skipped.
+The mirror is *untrusted input*: anyone allowed to commit offsets for the group writes the metadata
+we read back. :func:`decode_mirror` therefore bounds every size an attacker could choose
+(decompressed bytes, rows, completion-map offsets, offset values) *before* it allocates anything
+proportional to it, merges duplicate and overlapping rows, and, when a mirror key is configured,
+ignores metadata that does not carry a valid HMAC. What recovery then does with a decoded mirror
+(``fastrecover.recovery``) costs duplicates at worst, never a skipped record.
 
-**The marker** (``fr2:<lineage>/<offset>:<mirror>``) is what fastrecover writes
-today: the ``fr1`` mirror behind a header naming the *lineage* (cluster id and
-a nonce, see :mod:`fastrecover.recovery`) and the very offset it was committed
-with.  It is how a later recovery tells "Kafka's committed offset was written by
-fastrecover, and the ranges of this lineage still describe it" from "someone
-else moved the offset" (an operator's reset, a re-created topic, a plain
-member).  A signed marker binds the header too, so a copied signature cannot
-vouch for another offset.  Plain ``fr1:`` text (older versions) is still read.
+**The marker** (``fr2:<lineage>/<offset>:<mirror>``) is what fastrecover writes today: the ``fr1``
+mirror behind a header naming the *lineage* (cluster id and a nonce, see :mod:`fastrecover.recovery`)
+and the very offset it was committed with.  It is how a later recovery tells "Kafka's committed
+offset was written by fastrecover, and the ranges of this lineage still describe it" from "someone
+else moved the offset" (an operator's reset, a re-created topic, a plain member).  A signed marker
+binds the header too, so a copied signature cannot vouch for another offset.  Plain ``fr1:`` text
+(older versions) is still read.  Signatures are :mod:`fastrecover.signing`'s.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
-import json
 from collections.abc import Sequence
 
 from fastrecover.completion_map import (
@@ -60,7 +54,6 @@ _HEADER_MAX = len(_MARKER_PREFIX) + CLUSTER_MAX + 1 + NONCE_LEN + 1 + 19 + 1
 _SIGNATURE_MAX = 2 + 24
 #: Marks a signed mirror: ``fr1:S<mac>.<body>``.
 _SIGNED = "S"
-_MAC_BYTES = 16
 _MAC_CHARS = 24  # base64 of 16 bytes, with padding
 #: librdkafka/broker default offset.metadata.max.bytes is 4096; keep a margin.
 MIRROR_LIMIT = 4000
@@ -166,8 +159,9 @@ def _mirror_text(entries: Sequence[RangeProgress], with_maps: bool) -> str:
 
 
 def _mac(key: bytes, context: str, body: str) -> str:
-    digest = hmac.new(key, context.encode("utf-8") + b"\0" + body.encode("ascii"), hashlib.sha256).digest()
-    return base64.b64encode(digest[:_MAC_BYTES]).decode("ascii")
+    from fastrecover import signing  # OpenSSL's load, only once a mirror is signed (signing.py)
+
+    return signing.mac(key, context, body)
 
 
 def sign_mirror(text: str, key: bytes | None, context: str) -> str:
@@ -210,7 +204,9 @@ def cluster_label(cluster_id: str | None) -> str:
     text = cluster_id or ""
     if len(text) <= CLUSTER_MAX and set(text) <= _CLUSTER_CHARS:
         return text
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    from fastrecover.signing import digest  # see _mac
+
+    return digest(text)
 
 
 def new_lineage(cluster_id: str | None, nonce: bytes) -> str:
@@ -301,7 +297,9 @@ def _verified_body(text: str, key: bytes | None, context: str) -> str:
         mac, dot, rest = body[1 : 1 + _MAC_CHARS], body[1 + _MAC_CHARS : 2 + _MAC_CHARS], body[2 + _MAC_CHARS :]
         if dot != "." or len(mac) != _MAC_CHARS:
             raise CodecError("signed commit-metadata mirror is malformed")
-        if key is not None and not hmac.compare_digest(mac, _mac(key, context, rest)):
+        from fastrecover import signing  # see _mac
+
+        if key is not None and not signing.matches(mac, key, context, rest):
             raise CodecError("commit-metadata mirror is not signed with the configured mirror key; ignored")
         return rest
     if key is not None:
@@ -345,6 +343,8 @@ def decode_mirror(text: str, *, key: bytes | None = None, context: str = "") -> 
             raise CodecError(
                 f"commit-metadata mirror has more than {MIRROR_MAX_ROWS} rows, or nesting or objects it never has"
             )
+        import json  # only a mirror with ranges needs it, not the mode's import (startup.py)
+
         rows = json.loads(raw)
         if not isinstance(rows, list):
             raise CodecError(f"commit-metadata mirror is not a list of ranges: {text[:24]!r}...")

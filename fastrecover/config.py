@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from fastrecover.errors import ConfigError
 from fastrecover.secrets import is_secret_key as is_secret_key  # the one masker, shared with the store and Spark
 from fastrecover.secrets import mask_config as mask_config
 from fastrecover.secrets import mask_url as _masked_url
+from fastrecover.values import field, value
 
 ENABLE_KEYS = ("enable.parallel.rebalance", "enable_parallel_rebalance")
 PREFIX = "fastrecover."
@@ -112,7 +113,8 @@ def _owner(key: str, value: object) -> str:
     return value
 
 
-class _Key(NamedTuple):
+@value
+class _Key:
     default: Any
     parse: Callable[[str, object], Any]
     doc: str
@@ -197,15 +199,14 @@ KEYS: dict[str, _Key] = {
 }
 
 
-class Settings(NamedTuple):
+@value
+class Settings:
     """The validated fastrecover settings of one consumer, immutable.
 
-    repr() masks the store URL's secrets, the mirror key and secret child
-    overrides: settings end up in logs and tracebacks.  A NamedTuple rather than a frozen
-    dataclass: creating the dataclass (and importing ``dataclasses``) cost 4 ms of every
-    mode-on consumer's start, before its group join.  :func:`split_config` fills every field;
-    the defaults serve tests (``store_url`` is then empty, and ``child_overrides`` must never be
-    changed in place: the empty dict is shared).
+    repr() masks the store URL's secrets, the mirror key and secret child overrides: settings end
+    up in logs and tracebacks.  A :func:`~fastrecover.values.value`: a dataclass or a typed NamedTuple
+    (methods compiled, or each annotation checked) cost 1-4 ms of every mode-on consumer's start.
+    :func:`split_config` fills every field; the defaults serve tests (``store_url`` is then empty).
     """
 
     enabled: bool = False
@@ -222,7 +223,7 @@ class Settings(NamedTuple):
     commit_interval_s: float = 0.2
     recovery_timeout_s: float = 10.0
     replay_max_offsets: int = 10_000
-    child_overrides: dict[str, Any] = {}  # never changed in place: see the class docstring
+    child_overrides: dict[str, Any] = field(default_factory=dict)
     commit_mirror_key: bytes | None = None
     store_lock_timeout_ms: int = 5_000
     store_statement_timeout_ms: int = 10_000
@@ -239,7 +240,7 @@ class Settings(NamedTuple):
 
     def __repr__(self) -> str:
         shown: dict[str, Any] = {}
-        for name in self._fields:
+        for name in self.__match_args__:
             value = getattr(self, name)
             if name == "store_url":
                 value = _masked_url(value)
@@ -271,8 +272,7 @@ def mode_requested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, Any], Settings]:
     """Return (librdkafka config, fastrecover settings) from a user config and kwargs.
 
-    Keyword arguments merge over the dict, as confluent_kafka does for its own
-    kwargs; ``enable_parallel_rebalance=True`` is the Python spelling of the switch.
+    Keyword arguments merge over the dict, as confluent_kafka does for its own kwargs.
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"config must be a dict of properties, got {type(config).__name__}")
@@ -286,21 +286,21 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
     if len(set(switches.values())) > 1:
         spelled = " and ".join(f"{k}={v}" for k, v in switches.items())
         raise ConfigError(f"conflicting spellings of the switch: {spelled}; give one of them")
-    for key, value in merged.items():
+    for key, given in merged.items():
         if not isinstance(key, str):
             raise ConfigError(f"config keys must be strings, got {key!r}")
         if key in ENABLE_KEYS:
             enabled = switches[key]
         elif key.startswith(CHILD_PREFIX):
-            child[key[len(CHILD_PREFIX) :]] = value
+            child[key[len(CHILD_PREFIX) :]] = given
         elif key.startswith(PREFIX):
             spec = KEYS.get(key)
             if spec is None:
                 known = ", ".join(sorted(KEYS))
                 raise ConfigError(f"unknown fastrecover key {key!r}; known keys: {known}, fastrecover.child.*")
-            values[key] = spec.parse(key, value)
+            values[key] = spec.parse(key, given)
         else:
-            passthrough[key] = value
+            passthrough[key] = given
     if enabled and not passthrough.get("group.id"):
         raise ConfigError("group.id must be set: enable.parallel.rebalance keeps its range tokens per consumer group")
 
@@ -337,9 +337,9 @@ def is_cooperative(conf: Mapping[str, Any]) -> bool:
     return "cooperative" in strategy or protocol == "consumer"
 
 
-#: the child's reconnect.backoff.ms unless the application sets it or its maximum: librdkafka connects a
-#: handle with no broker up at most once per half of it (50 ms by default), and the child has none up when
-#: a recovery first asks it for the cluster's id, on the way to the first fresh record (configuration.md)
+#: the child's reconnect.backoff.ms unless the application sets it or its maximum: librdkafka connects a handle
+#: with no broker up at most once per half of it (50 ms by default), and the child has none up when a recovery
+#: first asks it for the cluster's id, on the way to the first fresh record (configuration.md)
 CHILD_RECONNECT_BACKOFF_MS = 10
 
 

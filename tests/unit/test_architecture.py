@@ -40,6 +40,7 @@ PURE = frozenset(
         "recovery",
         "tokens",
         "values",
+        "signing",
         "book",
         "partitions",
         "config",
@@ -103,7 +104,10 @@ LAZY_IMPORTS = frozenset(
         # the snapshot types are made at the first metrics() call, not during the mode's import
         ("fastrecover.parallel", "fastrecover.metrics"),
         ("fastrecover.latency", "fastrecover.metrics"),
-        ("fastrecover.completion_map", "zstandard"),  # 5 ms of the mode's import: only a compressed map needs it
+        ("fastrecover.completion_map", "zstandard"),
+        # hashlib loads OpenSSL (2-3 ms): only signed mirrors and unusual cluster ids need it; json only mirrors
+        ("fastrecover.codec", "fastrecover.signing"),
+        ("fastrecover.codec", "json"),  # 5 ms of the mode's import: only a compressed map needs it
         ("fastrecover.consumer", "fastrecover.recoverer"),  # PEP 562: the RecoveryReport re-export
         ("fastrecover.cli", "fastrecover.rollback"),
         ("fastrecover.cli", "fastrecover.store.sql"),

@@ -56,6 +56,19 @@ def test_importing_the_consumer_leaves_the_mode_to_the_startup_thread() -> None:
     assert done.stdout.strip() == "", f"imported with the consumer: {done.stdout.strip()}"
 
 
+def test_the_mode_import_leaves_out_what_only_some_consumers_need() -> None:
+    """The mode is imported while the group join waits (startup.py): hashlib (OpenSSL) is for signed
+    mirrors, json for mirrors with ranges, dataclasses for the metrics snapshots, SQLAlchemy for the
+    store (it opens after the first recovery)."""
+    code = (
+        "import sys; import fastrecover.consumer; import fastrecover.parallel; "
+        "heavy = ('hashlib', 'hmac', 'json', 'dataclasses', 'zstandard', 'sqlalchemy'); "
+        "print(','.join(m for m in heavy if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "", f"imported with the mode: {done.stdout.strip()}"
+
+
 def test_a_mode_on_consumer_is_pending_until_a_call_needs_the_mode(
     conf: dict[str, Any], consumers: list[Consumer]
 ) -> None:
