@@ -3,7 +3,7 @@
 A restarted consumer's first fresh record waits for the process to start, the group join and the
 recovery.  The join is mostly waiting on the broker (about 25 ms on a local broker with the
 quickstart's settings), while the mode's own modules (the recovery, the child, the store link, the
-commit router, their value types) take about 15-20 ms of CPU to import.  Imported with
+commit router, their value types) take about 12 ms of CPU to import.  Imported with
 ``fastrecover.consumer`` they came before the join on that path, and made a small-lag restart slower
 than the plain client's.  So construction does only what must fail early (the configuration check,
 both librdkafka handles, the advice on static membership), and ``subscribe()`` hands the subscription

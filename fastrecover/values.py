@@ -35,7 +35,6 @@ else:
 
 
 T = TypeVar("T")
-_set = object.__setattr__
 #: mutable defaults a class must not share between its instances (as dataclasses refuses them)
 _UNSHAREABLE = (list, dict, set)
 
@@ -87,26 +86,36 @@ def _build(cls: type[T], frozen: bool) -> type[T]:
         attrgetter(*names) if count > 1 else (lambda obj: (getattr(obj, names[0]),)) if count else (lambda obj: ())
     )
     title = cls.__qualname__
+    required = sum(1 for name in names if name not in defaults)
+    factories = any(isinstance(given, _Factory) for given in defaults.values())
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if len(args) > count:
-            raise TypeError(f"{title}() takes {count} field(s), {len(args)} given")
-        for name, given in zip(names, args, strict=False):
-            _set(self, name, given)
-        for name in names[len(args) :]:
-            if name in kwargs:
-                given = kwargs.pop(name)
-            elif name in defaults:
-                given = defaults[name]
-                if isinstance(given, _Factory):
-                    given = given.make()
-            else:
-                raise TypeError(f"{title}() is missing the field {name!r}")
-            _set(self, name, given)
-        if kwargs:
-            raise TypeError(f"{title}() got unexpected or repeated field(s): {', '.join(sorted(kwargs))}")
+        # into the instance's dict at once: a frozen value's __setattr__ refuses, and one call per
+        # field would cost a microsecond more on the paths that make a value per batch of records
+        if kwargs or not required <= len(args) <= count or factories:
+            self.__dict__.update(bind(args, kwargs))
+        else:
+            fields = self.__dict__
+            fields.update(defaults)  # those the arguments do not name keep these
+            fields.update(zip(names, args, strict=False))
         if post_init is not None:
             post_init(self)
+
+    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if len(args) > count:
+            raise TypeError(f"{title}() takes {count} field(s), {len(args)} given")
+        bound = dict(zip(names, args, strict=False))
+        for name in names[len(args) :]:
+            if name in kwargs:
+                bound[name] = kwargs.pop(name)
+            elif name in defaults:
+                given = defaults[name]
+                bound[name] = given.make() if isinstance(given, _Factory) else given
+            else:
+                raise TypeError(f"{title}() is missing the field {name!r}")
+        if kwargs:
+            raise TypeError(f"{title}() got unexpected or repeated field(s): {', '.join(sorted(kwargs))}")
+        return bound
 
     def __eq__(self: Any, other: object) -> bool:
         if other.__class__ is self.__class__:
