@@ -187,6 +187,11 @@ def partitions_run(spec: PartitionSpec, log_file: TextIO) -> dict[str, Any]:
         # everything is reported: a graceful close would only cost time (a static member does not leave)
         worker.kill(signal.SIGKILL, timeout=30)
     result.update(figures(worker.events, spawned))
+    opened = next((e for e in worker.events if e.get("event") == "store_open"), None)
+    if spec.store_open_first and (opened is None or not opened.get("probed")):
+        # the arm measures recoveries with a range on every partition: one that never waited for the store
+        # replayed instead, and its figures would be the other arm's under this arm's name
+        raise RuntimeError(f"{spec.name}: the worker could not wait for its consumer's store to open")
     return result
 
 

@@ -336,7 +336,9 @@ def _wait_store_open(consumer: Any) -> None:
     ``fastrecover.recovery.replay.max.offsets`` instead of opening ranges; waiting here
     makes every recovery of the run open its ranges, so their cost is what is measured.
     """
-    link = getattr(getattr(consumer, "_fr", None), "link", None)
+    # the mode is built at the first call that needs it (fastrecover/startup.py): build it to reach its store
+    mode = getattr(consumer, "_fr", None) or consumer._build_mode()
+    link = getattr(mode, "link", None)
     deadline = time.monotonic() + STORE_OPEN_TIMEOUT_S
     while link is not None and getattr(link, "opening", False):
         if time.monotonic() > deadline:
