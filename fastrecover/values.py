@@ -86,18 +86,29 @@ def _build(cls: type[T], frozen: bool) -> type[T]:
         attrgetter(*names) if count > 1 else (lambda obj: (getattr(obj, names[0]),)) if count else (lambda obj: ())
     )
     title = cls.__qualname__
-    required = sum(1 for name in names if name not in defaults)
+    known = frozenset(names)
+    #: the fields the first N positional arguments give, for each N (a keyword must not repeat one)
+    positional = [frozenset(names[:given]) for given in range(count + 1)]
     factories = any(isinstance(given, _Factory) for given in defaults.values())
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        # into the instance's dict at once: a frozen value's __setattr__ refuses, and one call per
-        # field would cost a microsecond more on the paths that make a value per batch of records
-        if kwargs or not required <= len(args) <= count or factories:
-            self.__dict__.update(bind(args, kwargs))
+        # into the instance's dict in a few calls: a frozen value's __setattr__ refuses, and one call
+        # per field cost microseconds on the paths that make values per partition or per batch
+        given = len(args)
+        if (
+            factories
+            or given > count
+            or (kwargs and not (kwargs.keys() <= known and kwargs.keys().isdisjoint(positional[given])))
+        ):
+            self.__dict__.update(bind(args, kwargs))  # raises the error, or calls the default factories
         else:
             fields = self.__dict__
             fields.update(defaults)  # those the arguments do not name keep these
             fields.update(zip(names, args, strict=False))
+            if kwargs:
+                fields.update(kwargs)
+            if len(fields) < count:
+                bind(args, kwargs)  # raises: a field without default is missing
         if post_init is not None:
             post_init(self)
 
