@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -156,17 +154,3 @@ def test_the_class_keeps_its_own_methods_and_match_args() -> None:
     match Pair(1, 2):
         case Pair(start, end):
             assert (start, end) == (1, 2)
-
-
-def test_the_mode_import_compiles_no_dataclass() -> None:
-    """The modules a restart imports before its first record create no dataclass (startup.py says why)."""
-    code = (
-        "import dataclasses, fastrecover.consumer\n"
-        "made = []\n"
-        "original = dataclasses._process_class\n"
-        "dataclasses._process_class = lambda cls, *a, **k: (made.append(cls.__qualname__), original(cls, *a, **k))[1]\n"
-        "import fastrecover.parallel\n"
-        "print(','.join(made))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert done.stdout.strip() == "", f"dataclasses created by the mode's import: {done.stdout.strip()}"
