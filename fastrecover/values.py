@@ -1,7 +1,7 @@
 """Value types for the modules a restarted consumer imports before its first record.
 
 ``dataclasses`` writes each class's methods as source text and compiles it when the class is
-created: six functions for a frozen class, about 0.8 ms per class.  The mode's nineteen value
+created: six functions for a frozen class, about 0.8 ms per class.  The mode's twenty-odd value
 types cost about 15 ms of CPU that way, half of the mode's import, and that import runs while the
 group join waits (:mod:`fastrecover.startup`): on a small machine it outlasted the join and came
 before the first fresh record.  :func:`value` (frozen) and :func:`record` (mutable) give the same
@@ -10,8 +10,9 @@ behaviour from functions shared by every class, made without compiling anything:
 * ``__init__`` takes the fields in order, positionally or by name, fills in defaults (a
   :func:`field` factory is called per instance) and then calls ``__post_init__`` if the class has one;
 * ``__eq__`` compares the fields of two instances of the same class; ``__repr__`` lists them;
-* a :func:`value` is hashable on its fields and refuses assignment (:class:`~fastrecover.errors.FrozenInstanceError`);
-  a :func:`record` is mutable and unhashable, like a dataclass with ``eq=True``;
+* a :func:`value` is hashable on its fields and refuses assignment
+  (:class:`~fastrecover.errors.FrozenInstanceError`); a :func:`record` is mutable and unhashable,
+  like a dataclass with ``eq=True``;
 * instances pickle and copy through their fields; :func:`replace` makes a changed copy.
 
 Type checkers see dataclasses (``typing.dataclass_transform``).  Modules that are not imported on
