@@ -52,8 +52,7 @@ NONCE_LEN = 16
 #: + a 19-digit offset + ``:``, and ``S`` + MAC + ``.``
 _HEADER_MAX = len(_MARKER_PREFIX) + CLUSTER_MAX + 1 + NONCE_LEN + 1 + 19 + 1
 _SIGNATURE_MAX = 2 + 24
-#: Marks a signed mirror: ``fr1:S<mac>.<body>``.
-_SIGNED = "S"
+_SIGNED = "S"  # marks a signed mirror: ``fr1:S<mac>.<body>``
 _MAC_CHARS = 24  # base64 of 16 bytes, with padding
 #: librdkafka/broker default offset.metadata.max.bytes is 4096; keep a margin.
 MIRROR_LIMIT = 4000
@@ -297,10 +296,11 @@ def _verified_body(text: str, key: bytes | None, context: str) -> str:
         mac, dot, rest = body[1 : 1 + _MAC_CHARS], body[1 + _MAC_CHARS : 2 + _MAC_CHARS], body[2 + _MAC_CHARS :]
         if dot != "." or len(mac) != _MAC_CHARS:
             raise CodecError("signed commit-metadata mirror is malformed")
-        from fastrecover import signing  # see _mac
+        if key is not None:
+            from fastrecover import signing  # see _mac: a reader without a key never loads it
 
-        if key is not None and not signing.matches(mac, key, context, rest):
-            raise CodecError("commit-metadata mirror is not signed with the configured mirror key; ignored")
+            if not signing.matches(mac, key, context, rest):
+                raise CodecError("commit-metadata mirror is not signed with the configured mirror key; ignored")
         return rest
     if key is not None:
         raise CodecError("commit-metadata mirror is unsigned but a mirror key is configured; ignored")

@@ -204,9 +204,9 @@ class Settings:
     """The validated fastrecover settings of one consumer, immutable.
 
     repr() masks the store URL's secrets, the mirror key and secret child overrides: settings end
-    up in logs and tracebacks.  A :func:`~fastrecover.values.value`: a dataclass or a typed NamedTuple
-    (methods compiled, or each annotation checked) cost 1-4 ms of every mode-on consumer's start.
-    :func:`split_config` fills every field; the defaults serve tests (``store_url`` is then empty).
+    up in logs and tracebacks.  A :func:`~fastrecover.values.value`, not a dataclass nor a typed
+    NamedTuple, whose creation cost 1-4 ms of every mode-on consumer's start.  :func:`split_config`
+    fills every field; the defaults serve tests.
     """
 
     enabled: bool = False
@@ -272,7 +272,8 @@ def mode_requested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, Any], Settings]:
     """Return (librdkafka config, fastrecover settings) from a user config and kwargs.
 
-    Keyword arguments merge over the dict, as confluent_kafka does for its own kwargs.
+    Keyword arguments merge over the dict, as confluent_kafka does for its own kwargs
+    (``enable_parallel_rebalance=True`` is the Python spelling of the switch).
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"config must be a dict of properties, got {type(config).__name__}")
@@ -337,9 +338,9 @@ def is_cooperative(conf: Mapping[str, Any]) -> bool:
     return "cooperative" in strategy or protocol == "consumer"
 
 
-#: the child's reconnect.backoff.ms unless the application sets it or its maximum: librdkafka connects a handle
-#: with no broker up at most once per half of it (50 ms by default), and the child has none up when a recovery
-#: first asks it for the cluster's id, on the way to the first fresh record (configuration.md)
+#: the child's reconnect.backoff.ms unless the application sets it or its maximum: librdkafka connects a
+#: handle with no broker up at most once per half of it (50 ms by default), and the child has none up when
+#: a recovery first asks it for the cluster's id, on the way to the first fresh record (configuration.md)
 CHILD_RECONNECT_BACKOFF_MS = 10
 
 
@@ -371,9 +372,8 @@ _CHILD_DROP = (
 def child_config(primary: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
     """The child consumer's librdkafka config, derived from the primary's.
 
-    It keeps connection and security settings, uses assign() only, never
-    commits to Kafka (its commit log is the store) and turns offset-out-of-range
-    into an error so retention gaps are counted instead of silently reset.
+    It keeps connection and security settings, uses assign() only, never commits to Kafka (its commit log
+    is the store) and turns offset-out-of-range into an error: retention gaps are counted, not reset.
     """
     conf = {k: v for k, v in primary.items() if k not in _CHILD_DROP}
     conf.update(
