@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover._accel import fast_poll
-from fastrecover.config import child_config, mode_requested, parse_bool, split_config
+from fastrecover.config import mode_requested, parse_bool, split_config
 from fastrecover.startup import PendingMode, advise_static_membership, child_handle, pending_class
 from fastrecover.steady import FAST_CALLS, IDLE_SLICE_S, SteadyGate
 from fastrecover.steady import poll as _steady_poll
@@ -71,8 +71,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             if type(self) is _PendingConsumer:  # off once the keys are read in full: the mode-off methods
                 self.__class__ = _PlainMode
             return
-        # the child's handle, made first: a configuration librdkafka refuses fails here, before the primary
-        child = child_handle(child_config(conf, settings))
+        child = child_handle(conf, settings)  # before the primary, or None: made when first needed
         primary_conf = dict(conf)
         if parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True)):
             # We store the primary's offsets ourselves, one call late and with the range mirror:
@@ -85,7 +84,8 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             if type(self) is not _PendingConsumer or not settings.defers_store_open:  # built now: startup.py says why
                 self._build_mode()
         except BaseException:
-            child.close()
+            if child is not None:
+                child.close()
             raise
 
     def _build_mode(self) -> ParallelMode:

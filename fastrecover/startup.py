@@ -6,9 +6,10 @@ quickstart's settings), while the mode's own modules (the recovery, the child, t
 commit router, their value types) take about 12 ms of CPU to import.  Imported with
 ``fastrecover.consumer`` they came before the join on that path, and made a small-lag restart slower
 than the plain client's.  So construction does only what must fail early (the configuration check,
-both librdkafka handles, the advice on static membership), and ``subscribe()`` hands the subscription
-to librdkafka first and imports the mode after: librdkafka's own thread sends the join and waits for
-the broker while the caller's thread imports.  Not a thread of its own, from construction on: it
+the primary's librdkafka handle, the child's when its overrides could be refused, the advice on
+static membership), and ``subscribe()`` hands the subscription to librdkafka first and imports the
+mode after: librdkafka's own thread sends the join and waits for the broker while the caller's
+thread imports.  Not a thread of its own, from construction on: it
 would take the GIL from the application's thread at the next forced switch, and the join would leave
 about 5 ms later.  The first call that needs the mode builds it in the caller's thread, which owns both consumers.
 
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from confluent_kafka import TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
-from fastrecover.config import Settings
+from fastrecover.config import Settings, child_config
 from fastrecover.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,17 +41,23 @@ _K = _KafkaConsumer
 C = TypeVar("C", bound=_KafkaConsumer)
 
 
-def child_handle(conf: dict[str, Any]) -> _KafkaConsumer:
-    """The child's librdkafka handle, made at construction.
+def child_handle(conf: dict[str, Any], settings: Settings) -> _KafkaConsumer | None:
+    """The child's librdkafka handle, made at construction when ``fastrecover.child.*`` overrides are set.
 
-    A child configuration librdkafka refuses fails here, not at the first recovery: the child is
-    made of the application's settings, fastrecover's own (``fastrecover.backfill.*``) and the
-    ``fastrecover.child.*`` overrides, and the error names the setting librdkafka names.  Made now,
-    the handle connects while the primary joins the group, so the first recovery's question for
-    the cluster's id (a metadata request on this handle) costs a round trip, not a new client.
+    The child is made of the application's settings, which the primary's handle has just been
+    checked against, fastrecover's own (their values bounded by fastrecover's configuration check)
+    and the ``fastrecover.child.*`` overrides.  Only the overrides can make librdkafka refuse the
+    child and not the primary, so with overrides the handle is made here: a refused one fails at
+    construction, and the error names the setting librdkafka names.  Without them the handle is
+    made when the child first needs it (a range to read, or a jump asking the cluster's id).
+    Made at construction, a second client started connecting and looking up its group's coordinator
+    while the primary joined: CPU of this process and the broker's, on the way to the first fresh
+    record of every restart, for a handle that a restart with a small lag never uses.
     """
+    if not settings.child_overrides:
+        return None
     try:
-        return _KafkaConsumer(conf)
+        return _KafkaConsumer(child_config(conf, settings))
     except Exception as exc:
         raise ConfigError(
             f"the child consumer's configuration (the application's settings, fastrecover.backfill.* and "
@@ -80,7 +87,7 @@ class PendingMode:
 
     __slots__ = ("child", "conf", "settings")
 
-    def __init__(self, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer) -> None:
+    def __init__(self, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None) -> None:
         self.conf = conf
         self.settings = settings
         self.child = child
@@ -163,7 +170,8 @@ def pending_class(consumer: type[C]) -> type[C]:
             self._build_mode()
         except BaseException:
             # nothing of the mode runs yet: the two handles are all there is to close
-            self._pending.child.close()
+            if self._pending.child is not None:
+                self._pending.child.close()
             _K.close(self)
             raise
         self.close()

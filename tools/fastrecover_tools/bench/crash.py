@@ -233,6 +233,8 @@ def timeline(events: list[dict[str, Any]], crash: float, spawned: float, down_s:
         "crash_to_fresh_s": span(crash, "fresh"),
         "spawn_to_fresh_s": span(spawned, "fresh"),
         "first_spawn_to_fresh_s": span(crash + down_s, "fresh"),
+        "ready_s": span(spawned, "ready"),
+        "client_s": span("ready", "fresh"),
         "imported_s": span(spawned, "imported"),
         "started_s": span(spawned, "started"),
         "join_s": span(spawned, "joined"),

@@ -300,6 +300,9 @@ def crash_table(crash: Mapping[str, Any]) -> str:
                 _stat(plain, "spawn_to_fresh_s").cell(2, show_spread=True),
                 _stat(fast, "spawn_to_fresh_s").cell(2, show_spread=True),
                 _stat(per, "ratio_spawn_to_fresh_s").cell(2),
+                _stat(plain, "client_s").cell(3, show_spread=True),
+                _stat(fast, "client_s").cell(3, show_spread=True),
+                _stat(per, "ratio_client_s").cell(2),
                 _fatal_cell(per),
             ]
         )
@@ -313,10 +316,13 @@ def crash_table(crash: Mapping[str, Any]) -> str:
             "plain: spawn→fresh (s)",
             "fastrecover: spawn→fresh (s)",
             "fastrecover / plain (paired)",
+            "plain: ready→fresh (s)",
+            "fastrecover: ready→fresh (s)",
+            "fastrecover / plain (paired)",
             "fatal exits, plain / fastrecover",
         ],
         rows,
-        align="lrrrrrrrl",
+        align="lrrrrrrrrrrl",
     )
 
 
@@ -327,7 +333,10 @@ def crash_caption(crash: Mapping[str, Any]) -> str:
     text = (
         f"A consumer process SIGKILLed, restarted {down} s later; {crash.get('repeats', '?')} repeats. "
         "Cells: `median (min-max, spread % of the median)`. "
-        "spawn→fresh is counted from the start of the process that delivered; a process that exits on a fatal "
+        "spawn→fresh is counted from the start of the process that delivered; ready→fresh from the moment that "
+        "process had started its interpreter and imported what both clients share (confluent_kafka): the part "
+        "each client's own code takes, without the interpreter's start, which varies by tens of milliseconds "
+        "between runs and is the same for both. A process that exits on a fatal "
         f"error is restarted {crash.get('respawn_delay_s', '?')} s later. group.protocol=consumer groups: "
         f"consumer.session.timeout.ms {group.get('session_ms', '?')}, "
         f"consumer.heartbeat.interval.ms {group.get('heartbeat_ms', '?')}."
@@ -689,6 +698,19 @@ def crash_goals(crash: Mapping[str, Any], setup: str = "static") -> list[Goal]:
                     f"spawn→fresh, quickstart settings, lag {_lag_label(lag)}: fastrecover / plain",
                     per,
                     "ratio_spawn_to_fresh_s",
+                    "<=",
+                    threshold,
+                )
+            )
+    # the same comparison without the interpreter's start, whose noise hides a few milliseconds either way
+    for lag, per in cells:
+        threshold = SPAWN_GOALS.get(int(lag))
+        if threshold is not None and threshold >= 1.0:
+            goals.append(
+                _goal(
+                    f"ready→fresh (spawn→fresh less the shared start), lag {_lag_label(lag)}: fastrecover / plain",
+                    per,
+                    "ratio_client_s",
                     "<=",
                     threshold,
                 )

@@ -372,6 +372,8 @@ CRASH_METRICS = (
     "crash_to_fresh_s",
     "spawn_to_fresh_s",
     "first_spawn_to_fresh_s",
+    "ready_s",
+    "client_s",
     "imported_s",
     "started_s",
     "join_s",
@@ -438,7 +440,7 @@ def summarize_crash_cell(plain: Sequence[Mapping[str, Any]], fast: Sequence[Mapp
     """Both modes of one crash cell, the paired ratios (fastrecover over plain), failures and fatal exits."""
     per = {"plain": plain, "fastrecover": fast}
     out: dict[str, Any] = {mode: _summ(runs, CRASH_METRICS) for mode, runs in per.items()}
-    for metric in ("crash_to_fresh_s", "spawn_to_fresh_s"):
+    for metric in ("crash_to_fresh_s", "spawn_to_fresh_s", "client_s"):
         out[f"ratio_{metric}"] = paired_ratios([r.get(metric) for r in fast], [r.get(metric) for r in plain]).to_dict()
     out["errors"] = {mode: [r["error"] for r in runs if "error" in r] for mode, runs in per.items()}
     out["fatal_exits"] = {mode: sum(len(r.get("fatal_after_s") or ()) for r in runs) for mode, runs in per.items()}

@@ -6,7 +6,9 @@ partition (``--lag-end``); a record below that offset is a lag record, one at
 or above it was produced after the restart (live).  Events, one JSON line each
 on stdout, with wall-clock ``t``:
 
-* ``imported``: the consumer class is imported (the interpreter's start and every import before it);
+* ``ready``: the interpreter has started and imported what both clients share (confluent_kafka, this
+  module's own imports): from here on, the two runs of a pair execute different code;
+* ``imported``: the consumer class is imported (fastrecover: ``fastrecover.consumer``; plain: nothing more);
 * ``started``: the consumer object exists (fastrecover: its store opens on a thread, deferred until
   the first recovery when no recovery waits for it);
 * ``subscribed``: just before ``subscribe()``: the drain rate is measured from
@@ -199,6 +201,7 @@ def _is_fatal(error: Any) -> bool:
 
 
 def run(argv: list[str] | None = None) -> int:
+    _emit("ready")
     args = _parse(argv)
     lag_end = offsets_arg(args.lag_end)
     lag_total = lag_records(offsets_arg(args.lag_start), lag_end)
