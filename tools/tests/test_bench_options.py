@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +12,15 @@ import pytest
 from fastrecover.errors import ConfigError
 from fastrecover_tools.bench import command
 from fastrecover_tools.bench.patterns import PATTERNS, STEADY_CELLS, consumer_config, hooks
-from fastrecover_tools.bench.run import FULL, QUICK, BenchOptions, _mode_order, restart_cells, run_timeout
+from fastrecover_tools.bench.run import (
+    FULL,
+    QUICK,
+    BenchOptions,
+    _mode_order,
+    byte_compile,
+    restart_cells,
+    run_timeout,
+)
 
 
 def _options(*argv: str) -> BenchOptions:
@@ -143,3 +153,13 @@ def test_summarize_pair_pairs_repeats_and_keeps_failures() -> None:
     assert cell["errors"] == {"plain": [], "fastrecover": ["TimeoutError: x"]}
     assert cell["rebalanced"] == {"plain": 0, "fastrecover": 1}
     assert cell["plain"]["records_per_s"]["median"] == 150.0
+
+
+def test_byte_compile_writes_the_bytecode_the_workers_read() -> None:
+    """The workers import fastrecover from cached bytecode, as an installed package does (run.byte_compile)."""
+    import fastrecover.consumer
+
+    cached = Path(importlib.util.cache_from_source(fastrecover.consumer.__file__))
+    cached.unlink(missing_ok=True)
+    assert byte_compile()
+    assert cached.is_file()
