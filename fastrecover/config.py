@@ -19,18 +19,40 @@ from fastrecover.errors import ConfigError
 from fastrecover.secrets import is_secret_key as is_secret_key  # the one masker, shared with the store and Spark
 from fastrecover.secrets import mask_config as mask_config
 from fastrecover.secrets import mask_url as _masked_url
-from fastrecover.switch import CHILD_PREFIX as CHILD_PREFIX  # the switch and librdkafka's part: switch.py
-from fastrecover.switch import ENABLE_KEYS as ENABLE_KEYS
-from fastrecover.switch import PREFIX as PREFIX
-from fastrecover.switch import mode_requested as mode_requested
-from fastrecover.switch import parse_bool as parse_bool
 from fastrecover.values import field, value
 
+ENABLE_KEYS = ("enable.parallel.rebalance", "enable_parallel_rebalance")
+PREFIX = "fastrecover."
+CHILD_PREFIX = "fastrecover.child."
 DEFAULT_STORE_FILE = "fastrecover.db"
 
 
 def _default_store_url() -> str:
     return "sqlite:///" + os.path.join(os.getcwd(), DEFAULT_STORE_FILE)
+
+
+_TRUE = ("true", "t", "1")
+_FALSE = ("false", "f", "0")
+
+
+def parse_bool(key: str, value: object) -> bool:
+    """Booleans the way librdkafka accepts them.
+
+    A bool, or a string true/t/1 or false/f/0 (any case); an int 0 or 1 too, since
+    confluent_kafka hands librdkafka ``str(value)``.  The consumer also parses
+    librdkafka's own boolean keys with this, so it must not refuse what librdkafka takes.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise ConfigError(f"{key}: expected a boolean (True/False, 'true'/'false', 't'/'f' or 1/0), got {value!r}")
 
 
 _INTEGER = re.compile(r"-?[0-9]+")
@@ -228,6 +250,23 @@ class Settings:
                 value = mask_config(value)
             shown[name] = value
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+
+def mode_requested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a consumer's arguments turn the mode on, read before they are validated.
+
+    ``Consumer.__new__`` picks the class from this; a switch that does not parse counts as on, so
+    that ``__init__`` (which validates everything) reports it.
+    """
+    conf = dict(args[0]) if args and isinstance(args[0], dict) else {}
+    conf.update(kwargs)
+    for key in ENABLE_KEYS:
+        if key in conf:
+            try:
+                return parse_bool(key, conf[key])
+            except ConfigError:
+                return True
+    return False
 
 
 def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, Any], Settings]:

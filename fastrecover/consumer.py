@@ -19,17 +19,10 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover._accel import fast_poll
-from fastrecover.startup import (
-    PendingMode,
-    abandon,
-    advise_static_membership,
-    checked_config,
-    child_handle,
-    pending_class,
-)
+from fastrecover.config import mode_requested, parse_bool, split_config
+from fastrecover.startup import PendingMode, advise_static_membership, child_handle, pending_class
 from fastrecover.steady import FAST_CALLS, IDLE_SLICE_S, SteadyGate
 from fastrecover.steady import poll as _steady_poll
-from fastrecover.switch import early_config, mode_requested, primary_config
 
 if TYPE_CHECKING:
     from fastrecover.metrics import ConsumerMetrics
@@ -72,27 +65,27 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         if args and (len(args) > 1 or not isinstance(args[0], dict)):
             super().__init__(*args, **kwargs)  # confluent_kafka's own error for a bad config
             return
-        config, child = args[0] if args else {}, None
-        # mode on: the primary's handle first, connecting while fastrecover's keys are checked (switch.py)
-        early = None if type(self) is _PlainMode else early_config(config, kwargs)
-        if early is not None:
-            super().__init__(early)
+        conf, settings = split_config(args[0] if args else {}, **kwargs)
+        if not settings.enabled:
+            super().__init__(conf)
+            if type(self) is _PendingConsumer:  # off once the keys are read in full: the mode-off methods
+                self.__class__ = _PlainMode
+            return
+        child = child_handle(conf, settings)  # before the primary, or None: made when first needed
+        primary_conf = dict(conf)
+        if parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True)):
+            # We store the primary's offsets ourselves, one call late and with the range mirror:
+            # a record counts as done once the application comes back for more.
+            primary_conf["enable.auto.offset.store"] = False
         try:
-            conf, settings = checked_config(config, kwargs)
-            if not settings.enabled:  # never after an early handle: early_config asks mode_requested
-                super().__init__(conf)
-                if type(self) is _PendingConsumer:  # off once the keys are read in full: the mode-off methods
-                    self.__class__ = _PlainMode
-                return
-            child = child_handle(conf, settings)  # None without overrides: made when first needed
-            if early is None:
-                super().__init__(primary_config(conf))
+            super().__init__(primary_conf)
             advise_static_membership(conf)
             self._pending = PendingMode(conf, settings, child)
             if type(self) is not _PendingConsumer or not settings.defers_store_open:  # built now: startup.py says why
                 self._build_mode()
         except BaseException:
-            abandon(child, self if early is not None else None)
+            if child is not None:
+                child.close()
             raise
 
     def _build_mode(self) -> ParallelMode:

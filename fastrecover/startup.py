@@ -23,14 +23,16 @@ when every recovery waits for the store (``Settings.defers_store_open`` false): 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
+from fastrecover.config import Settings, child_config
+from fastrecover.errors import ConfigError
+
 if TYPE_CHECKING:
-    from fastrecover.config import Settings
     from fastrecover.parallel import ParallelMode
 
 log = logging.getLogger("fastrecover.consumer")
@@ -54,9 +56,6 @@ def child_handle(conf: dict[str, Any], settings: Settings) -> _KafkaConsumer | N
     """
     if not settings.child_overrides:
         return None
-    from fastrecover.config import child_config
-    from fastrecover.errors import ConfigError
-
     try:
         return _KafkaConsumer(child_config(conf, settings))
     except Exception as exc:
@@ -64,24 +63,6 @@ def child_handle(conf: dict[str, Any], settings: Settings) -> _KafkaConsumer | N
             f"the child consumer's configuration (the application's settings, fastrecover.backfill.* and "
             f"fastrecover.child.* overrides) is refused: {exc}"
         ) from exc
-
-
-def abandon(*handles: _KafkaConsumer | None) -> None:
-    """Close the handles a construction that failed had made (a handle left to the collector may block)."""
-    for handle in handles:
-        if handle is not None:
-            _KafkaConsumer.close(handle)
-
-
-def checked_config(config: Mapping[str, Any], kwargs: dict[str, Any]) -> tuple[dict[str, Any], Settings]:
-    """The application's configuration split and checked (:func:`fastrecover.config.split_config`).
-
-    Imported here, at the first construction, not with ``fastrecover.consumer``: a mode-on consumer
-    makes its primary's handle before this check (``fastrecover.switch`` says why).
-    """
-    from fastrecover.config import split_config
-
-    return split_config(config, **kwargs)
 
 
 def advise_static_membership(conf: dict[str, Any]) -> None:

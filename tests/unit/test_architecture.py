@@ -51,7 +51,6 @@ PURE = frozenset(
         "latency",
         "tables",
         "secrets",
-        "switch",
         "spark.offsets",
         "spark.planning",
         "spark.client_conf",
@@ -101,10 +100,6 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover", "fastrecover.consumer"),  # PEP 562: Consumer is imported on first use
         # the mode's units are imported on a thread while the group join runs (fastrecover/startup.py)
         ("fastrecover.startup", "fastrecover.parallel"),
-        # a mode-on consumer's primary connects while its configuration is checked (fastrecover/switch.py)
-        ("fastrecover.startup", "fastrecover.config"),
-        ("fastrecover.startup", "fastrecover.errors"),
-        ("fastrecover.switch", "fastrecover.errors"),
         ("fastrecover.consumer", "fastrecover.metrics"),  # metrics() of a mode-off or closed consumer
         # the snapshot types are made at the first metrics() call, not during the mode's import
         ("fastrecover.parallel", "fastrecover.metrics"),
