@@ -9,9 +9,9 @@ than the plain client's.  So construction does only what must fail early (the co
 the primary's librdkafka handle, the child's when its overrides could be refused, the advice on
 static membership), and ``subscribe()`` hands the subscription to librdkafka first and imports the
 mode after: librdkafka's own thread sends the join and waits for the broker while the caller's
-thread imports.  Not a thread of its own, from construction on: it
-would take the GIL from the application's thread at the next forced switch, and the join would leave
-about 5 ms later.  The first call that needs the mode builds it in the caller's thread, which owns both consumers.
+thread imports.  Not a thread of its own, from construction on: it would take the GIL from the
+application's thread at the next forced switch, and the join would leave about 5 ms later.  The
+first call that needs the mode builds it in the caller's thread, which owns both consumers.
 
 Until then the object is an instance of :func:`pending_class` of ``Consumer``: every method that
 depends on the mode first builds it, then runs as the built consumer's.  The mode is built at
@@ -44,8 +44,8 @@ C = TypeVar("C", bound=_KafkaConsumer)
 def child_handle(conf: dict[str, Any], settings: Settings) -> _KafkaConsumer | None:
     """The child's librdkafka handle, made at construction when ``fastrecover.child.*`` overrides are set.
 
-    The child is made of the application's settings, which the primary's handle has just been
-    checked against, fastrecover's own (their values bounded by fastrecover's configuration check)
+    The child is made of the application's settings, which librdkafka checks when it makes the
+    primary's handle, fastrecover's own (their values bounded by fastrecover's configuration check)
     and the ``fastrecover.child.*`` overrides.  Only the overrides can make librdkafka refuse the
     child and not the primary, so with overrides the handle is made here: a refused one fails at
     construction, and the error names the setting librdkafka names.  Without them the handle is
