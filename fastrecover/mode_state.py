@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -48,7 +48,8 @@ def key_of(tp: TopicPartition) -> TopicPartitionKey:
 
 #: the longest a deferred store open waits for the first recovery (a member given no partition, a long join)
 STORE_OPEN_DEFER_S = 5.0
-#: how long after a recovery that only replayed the deferred store open begins.  Begun at once, the
+#: how long after a recovery that only replayed (and after its replay has caught up: see
+#: _OpensStoreAfter.hold_store_while_replaying) the deferred store open begins.  Begun at once, the
 #: open's CPU (SQLAlchemy's import, the schema check; about 0.3 s under the GIL) ran while the replayed
 #: lag and the first fresh records were delivered, and on a 2-core machine delayed the first fresh record
 #: of a 1k-lag restart by 0.01-0.04 s; what a replay leaves to the store (ranges a crashed member owed)
@@ -71,6 +72,18 @@ class _OpensStoreAfter(Recoverer):
         finally:
             jumped = any(given.jumped for given in self.pending.values())
             self._link.open_soon(0.0 if jumped else STORE_OPEN_AFTER_REPLAY_S)
+
+    def hold_store_while_replaying(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """Postpone the deferred open while the replay it follows still delivers its lag (each tick).
+
+        Begun a fixed delay after the recovery, the open's CPU (about 0.3 s under the GIL) fell inside
+        long replays (2,048 partitions of 200 records each take over a second) and slowed their
+        records.  What a replay leaves to the store waits until the primary has read every replayed
+        partition up to the log end its recovery saw, and the delay after that; never past the
+        deferral's bound, and never once anyone wants the store now.
+        """
+        if self.pending and self._link.opening and not self.replayed(positions):
+            self._link.postpone(STORE_OPEN_AFTER_REPLAY_S)
 
 
 class ModeParts:

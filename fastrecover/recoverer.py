@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
@@ -215,6 +215,18 @@ class Recoverer:
         without the mirror there is nowhere else to make a range durable first.
         """
         return self._settings.replay_max_offsets > 0 and self._settings.commit_mirror and self._link.opening
+
+    def replayed(self, positions: Mapping[tuple[str, int], int]) -> bool:
+        """Every partition replaying while the store opens has been read up to the log end its recovery saw.
+
+        ``positions`` are the primary's next offsets (what it returned, per partition).
+        """
+        return all(
+            given.jumped
+            or (given.committed is not None and given.committed >= given.log_end)
+            or positions.get(key, -1) >= given.log_end
+            for key, given in self.pending.items()
+        )
 
     def forget(self, keys: Iterable[TopicPartitionKey]) -> None:
         """Partitions that left this member: no store part of their recovery is owed any more."""

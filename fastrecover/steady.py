@@ -46,6 +46,10 @@ _SLICE = IDLE_SLICE_S
 _NUMBER = (int, float)
 #: the tick's period: range commits written behind, the child's events, stored offsets
 TICK_S = 0.05
+#: partitions whose positions a tick may read: an assignment larger than this has them read every few ticks
+POSITIONS_PER_TICK = 256
+#: the longest the steady state leaves the primary's positions unread (while calls keep coming)
+_POSITIONS_MAX_S = 1.0
 #: an expected assignment that has not come after this long (unsubscribe(), or a member left without
 #: partitions) no longer shortens the slices
 _JOIN_WAIT_S = 60.0
@@ -54,6 +58,21 @@ _JOIN_WAIT_S = 60.0
 #: a batch consume() waits for its whole batch or the end of its slice: with IDLE_SLICE_S the first fresh
 #: records of a jump waited 50 ms behind a batch they could not fill
 _FIRST_RECORD_WAIT_S = 1.0
+
+
+def positions_period(partitions: int, auto_commit_interval_s: float) -> float:
+    """How often a tick reads the primary's positions in the steady state (``ModeParts.sync_positions``).
+
+    A read costs a ``TopicPartition`` per assigned partition, whatever moved: at 2,048 partitions,
+    read at every tick, it took about a sixth of the caller's thread from the records of a replay.
+    The positions only become the offsets that librdkafka's auto-commit sends (an offset-less
+    commit(), a revoke and a backfill's start read them themselves), so a large assignment has them
+    read every few ticks: ``POSITIONS_PER_TICK`` partitions' worth per tick on average, and always
+    several times per auto-commit interval.  A later read only makes an auto-commit carry older
+    offsets: more duplicates after a crash, never a skipped record.
+    """
+    ticks = max(1, -(-partitions // POSITIONS_PER_TICK))
+    return max(TICK_S, min(TICK_S * ticks, _POSITIONS_MAX_S, auto_commit_interval_s / 4))
 
 
 class SteadyGate(StateBase):  # type: ignore[misc,valid-type]

@@ -67,6 +67,10 @@ class StoreLink:
         #: a deferred open: when its thread starts opening by itself (monotonic), and whether it has
         self._turn = threading.Condition()
         self._open_at = 0.0
+        #: the deferral's bound: a postponed open begins no later than this (monotonic)
+        self._open_by = 0.0
+        #: someone asked for the store now (get(), or open_soon() with no delay): postponing is over
+        self._wanted = False
         self._began = False
         self._cancelled = False
 
@@ -80,8 +84,8 @@ class StoreLink:
             return
         self._opened.clear()
         with self._turn:
-            self._open_at = time.monotonic() + max(0.0, defer_s)
-            self._began = self._cancelled = False
+            self._open_at = self._open_by = time.monotonic() + max(0.0, defer_s)
+            self._began = self._cancelled = self._wanted = False
         self._opening = threading.Thread(target=self._open_now, name="fastrecover-store-open", daemon=True)
         self._opening.start()
 
@@ -89,7 +93,18 @@ class StoreLink:
         """A deferred open starts at the latest ``after_s`` from now (at once with 0)."""
         with self._turn:
             self._open_at = min(self._open_at, time.monotonic() + after_s)
+            self._wanted = self._wanted or after_s <= 0
             self._turn.notify_all()
+
+    def postpone(self, after_s: float) -> None:
+        """A deferred open not begun yet starts no sooner than ``after_s`` from now, nor past its bound.
+
+        For the work a replay leaves to the store, which can wait while the replay's records are
+        delivered; once anyone wants the store now (:meth:`get`, ``open_soon(0)``) it opens at once.
+        """
+        with self._turn:
+            if not self._began and not self._wanted:
+                self._open_at = max(self._open_at, min(time.monotonic() + after_s, self._open_by))
 
     def _await_turn(self) -> bool:
         """Wait until the deferred open is due; False when :meth:`close` cancelled it first."""

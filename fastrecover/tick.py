@@ -15,7 +15,7 @@ import time
 from fastrecover.commits import CommitRouter
 from fastrecover.handover import Handover
 from fastrecover.mode_state import ModeParts
-from fastrecover.steady import TICK_S, SteadyGate
+from fastrecover.steady import TICK_S, SteadyGate, positions_period
 from fastrecover.streams import Streams
 
 log = logging.getLogger("fastrecover.consumer")
@@ -34,6 +34,8 @@ class Ticker:
         self._gate = gate
         self.next_range_commit = time.monotonic() + parts.commit_interval_s
         self.next_child_restart = 0.0
+        #: when the steady state reads the primary's positions again (see positions_period)
+        self.next_positions = 0.0
         #: child handles replaced after a failure
         self.child_restarts = 0
 
@@ -45,8 +47,9 @@ class Ticker:
         parts, router, streams, gate = self._parts, self._router, self._streams, self._gate
         gate.ticking(now)
         offsets, child, book = parts.offsets, parts.child, parts.book
-        if offsets.untracked:
+        if offsets.untracked and now >= self.next_positions:
             parts.sync_positions()
+            self.next_positions = now + positions_period(len(parts.partitions), parts.commit_interval_s)
         router.flush_deferred()
         router.store_primary()
         for event in child.drain_events():
@@ -70,6 +73,7 @@ class Ticker:
         router.after_commits()
         if parts.link.open_ended:
             parts.link.get()  # what the background open raised (a store behind in schema) reaches the caller here
+        parts.recoverer.hold_store_while_replaying(offsets.done)
         if parts.recoverer.pending and not parts.link.opening:
             recovered = parts.recoverer.recover_pending(parts.partitions.assigned)
             if recovered is not None:

@@ -81,6 +81,42 @@ def test_a_replay_leaves_the_store_closed_until_after_it_and_the_records_flow(
 
 
 @pytest.mark.usefixtures("slow_deferral")
+def test_a_replay_still_delivering_its_lag_keeps_the_store_closed_until_it_caught_up(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_opens: list[float]
+) -> None:
+    """The open's CPU must not fall inside a long replay: it waits until the lag is read, and the delay."""
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    consumer = Consumer(_defaults(bootstrap, unique_group, store_url))
+    try:
+        link = mode_of(consumer).link
+        consumer.assign([TopicPartition(topic, 0)])
+        (report,) = consumer.recoveries
+        assert report.primary_start is None, "replayed from the committed offset"
+        started = time.monotonic()
+        # an application slower than the replay's delay: one record per poll, 10 ms of work each
+        offsets: list[int] = []
+        while len(offsets) < LOG_END - COMMITTED:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                offsets.append(offset_of(msg))
+                time.sleep(0.01)  # the application's work on the record
+        caught_up = time.monotonic()
+        assert offsets == list(range(COMMITTED, LOG_END))
+        assert caught_up - started > 2 * mode_state.STORE_OPEN_AFTER_REPLAY_S, "the replay outlasted the delay"
+        assert not store_opens, "the store stayed closed while the replay delivered its lag"
+
+        def opened() -> bool:
+            consumer.poll(0.05)  # the application polls on: ticks run
+            return not link.opening
+
+        wait_for(opened, 30, 0.001, "the deferred open to end")
+        assert store_opens and store_opens[0] > caught_up, "it began once the replay had caught up"
+    finally:
+        consumer.close()
+
+
+@pytest.mark.usefixtures("slow_deferral")
 def test_a_jump_on_the_marker_begins_the_open_at_once_and_the_store_takes_the_range(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_opens: list[float]
 ) -> None:

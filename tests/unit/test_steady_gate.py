@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import time
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from fastrecover import steady
-from fastrecover.steady import IDLE_SLICE_S, JOIN_SLICE_S, SteadyGate
+from fastrecover.steady import IDLE_SLICE_S, JOIN_SLICE_S, POSITIONS_PER_TICK, SteadyGate, positions_period
 
 
 def test_the_slices_stay_short_after_an_assignment_until_the_first_record() -> None:
@@ -40,3 +43,26 @@ def test_records_while_an_assignment_is_expected_keep_the_short_slices() -> None
     gate.expect_assignment()
     gate.count(7)
     assert gate.wait_slice(time.monotonic()) == JOIN_SLICE_S
+
+
+@given(partitions=st.integers(0, 200_000), interval_s=st.floats(0.001, 3_600.0))
+def test_positions_are_read_at_every_tick_for_small_assignments_and_bounded_for_large_ones(
+    partitions: int, interval_s: float
+) -> None:
+    period = positions_period(partitions, interval_s)
+    assert period >= steady.TICK_S
+    if partitions <= POSITIONS_PER_TICK:
+        assert period == steady.TICK_S  # what every assignment up to that size always had
+    # several reads per auto-commit interval, whatever the size (unless the interval is shorter than a tick)
+    assert period <= max(steady.TICK_S, interval_s / 4)
+    assert period <= 1.0
+    # on average no more than POSITIONS_PER_TICK partitions' worth per tick, until a bound takes over
+    ticks = period / steady.TICK_S
+    bounded = period >= min(1.0, max(steady.TICK_S, interval_s / 4)) - 1e-12
+    assert bounded or partitions / ticks <= POSITIONS_PER_TICK + 1e-9
+
+
+def test_a_larger_assignment_never_has_its_positions_read_more_often() -> None:
+    periods = [positions_period(n, 5.0) for n in range(0, 20_000, 97)]
+    assert periods == sorted(periods)
+    assert positions_period(2_048, 5.0) > steady.TICK_S

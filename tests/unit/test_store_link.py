@@ -124,3 +124,35 @@ def test_close_before_a_deferred_open_began_opens_nothing(tmp_path: Path, store_
     assert not link.opening and not store_opens and not path.exists(), "the store was never opened (nor created)"
     assert link.get(force=True) is not None  # a later open still works
     link.close()
+
+
+def test_postpone_moves_a_deferred_open_later_but_never_past_its_bound(
+    tmp_path: Path, store_opens: list[float]
+) -> None:
+    link = _link(f"sqlite:///{tmp_path / 'ranges.db'}")
+    started = time.monotonic()
+    link.open_in_background(defer_s=0.6)
+    try:
+        link.open_soon(0.05)  # what a recovery that replayed asks
+        link.postpone(0.3)  # a tick that saw the replay still running
+        link.postpone(60.0)  # ... and one that would hold it far past the bound
+        wait_for(lambda: not link.opening, 30, 0.005, "the postponed open to end")
+        assert len(store_opens) == 1
+        assert store_opens[0] >= started + 0.3, "it began after the postponement, not when open_soon said"
+        assert store_opens[0] < started + 0.6 + 2.0, "it began at the deferral's bound, not 60 s on"
+        assert store_opens[0] >= started + 0.6 - 0.01, "held to the bound by the last postponement"
+    finally:
+        link.close()
+
+
+def test_postpone_has_no_effect_once_the_store_is_wanted_now(tmp_path: Path, store_opens: list[float]) -> None:
+    link = _link(f"sqlite:///{tmp_path / 'ranges.db'}")
+    link.open_in_background(defer_s=60.0)
+    try:
+        asked = time.monotonic()
+        link.open_soon(0.0)  # a jump's ranges need the store at once
+        link.postpone(30.0)
+        wait_for(lambda: not link.opening, 30, 0.005, "the wanted open to end")
+        assert len(store_opens) == 1 and store_opens[0] < asked + 5.0, "not held by the postponement"
+    finally:
+        link.close()
