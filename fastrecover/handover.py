@@ -118,7 +118,7 @@ class Handover:
         self.started(recovered)
 
     def started(self, recovered: Recovered) -> None:
-        """Hand new ranges to the child; mirror them into the commit metadata (same offset)."""
+        """Mirror new ranges into the commit metadata (same offset), then hand them to the child."""
         token_ids, to_mirror = recovered.started, recovered.to_mirror
         self._partitions.set_floors(recovered.floors)
         self._partitions.refresh()
