@@ -340,7 +340,7 @@ def is_cooperative(conf: Mapping[str, Any]) -> bool:
 
 #: the child's reconnect.backoff.ms unless the application sets it or its maximum: librdkafka connects a
 #: handle with no broker up at most once per half of it (50 ms by default), and the child has none up when
-#: a recovery first asks it for the cluster's id, on the way to the first fresh record (configuration.md)
+#: it gets its first ranges, or when a recovery asks it for the cluster's id (configuration.md)
 CHILD_RECONNECT_BACKOFF_MS = 10
 
 

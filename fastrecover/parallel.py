@@ -112,8 +112,16 @@ class ParallelMode:
         return self.next_wait(deadline, now)
 
     def next_wait(self, deadline: float | None, now: float) -> tuple[float, float]:
-        """The next wait on the primary (a slice, or what is left before ``deadline``) and the slice."""
+        """The next wait on the primary (a slice, or what is left before ``deadline``) and the slice.
+
+        Until the cluster's id is known, a join's wait first waits on the primary's metadata, which
+        carries it, within the same bounds: the recovery that follows runs inside a callback, where
+        asking is not safe (RecoveryReads.learn_cluster).
+        """
         piece = self.gate.wait_slice(now)
+        if now < self.gate.joining_until and not self.recoverer.cluster_known:
+            self.recoverer.learn_cluster(_wait(deadline, now, piece))
+            now = time.monotonic()
         return _wait(deadline, now, piece), piece
 
     def poll(self, timeout: float | None) -> Message | None:

@@ -86,6 +86,14 @@ class Recoverer:
         """What recovery did for each partition, in order (the writer's list: it appends the reports)."""
         return self._writer.reports
 
+    @property
+    def cluster_known(self) -> bool:
+        return self._reads.cluster_known
+
+    def learn_cluster(self, wait: float) -> None:
+        """Take the cluster id from the primary's client between waits of a join (RecoveryReads.learn_cluster)."""
+        self._reads.learn_cluster(wait)
+
     def recover(self, partitions: list[TopicPartition]) -> Recovered:
         """Start offsets for ``partitions`` and the ranges to backfill, tokens written first.
 

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fastrecover.recovery")
 
+#: the id a client's last metadata response carried, read with no request (confluent-kafka 2.16 and later)
+_CACHED_CLUSTER_ID: Callable[..., str] | None = getattr(_KafkaConsumer, "cluster_id", None)
+
 #: the ListOffsets timestamps that ask for a partition's log end and log start (Kafka's LATEST_TIMESTAMP
 #: and EARLIEST_TIMESTAMP)
 LATEST = -1
@@ -66,7 +69,8 @@ class RecoveryReads:
         self._primary = primary  # the application's object: its confluent_kafka methods, never overrides
         self._settings = settings
         self._group = group
-        #: asks the cluster id with a metadata request for a topic (never the primary's handle: see ChildHandle)
+        #: asks the cluster id with a metadata request for a topic, when the join did not give it
+        #: (never a request on the primary's handle: see ChildHandle)
         self._cluster_of = cluster_of
         #: this consumer's Kafka cluster, as lineages name it (asked for once, when first needed)
         self._cluster: str | None = None
@@ -90,7 +94,8 @@ class RecoveryReads:
         """The cluster part of this consumer's lineages; None (no recovery) when the broker cannot say.
 
         Ranges of another cluster sharing the store must never be believed nor retired here,
-        so a recovery that does not know its cluster does not run.
+        so a recovery that does not know its cluster does not run.  Known from the join
+        (:meth:`learn_cluster`), or asked with a metadata request through the child's handle.
         """
         if self._cluster is None:
             found = self._cluster_of(topic)
@@ -99,6 +104,31 @@ class RecoveryReads:
                 return None
             self._cluster = cluster_label(found)
         return self._cluster
+
+    @property
+    def cluster_known(self) -> bool:
+        return self._cluster is not None
+
+    def learn_cluster(self, wait: float) -> None:
+        """Take the cluster id the primary's client holds, waiting up to ``wait`` seconds for its metadata.
+
+        librdkafka keeps the id its last metadata response carried: ``cluster_id()`` (confluent-kafka
+        2.16 and later) returns it with no request, or waits for the next metadata response with the
+        GIL released.  A join asks for metadata before the group can hand out anything, so waiting here,
+        between the waits on the primary, has the id known before the assignment's recovery.  The other
+        way, a metadata request through the child's handle made for it, took 15-45 ms of a first
+        recovery (and 45-60 ms at 2,048 partitions).  Never called from a recovery: recoveries run
+        inside librdkafka's callbacks, where a ``cluster_id()`` that raises (no metadata yet) leaves
+        confluent-kafka's call state broken, and the next callback of the same poll aborts the process.
+        """
+        if self._cluster is not None or _CACHED_CLUSTER_ID is None:
+            return
+        try:
+            found = _CACHED_CLUSTER_ID(self._primary, timeout=wait)
+        except KafkaException:  # no metadata within the wait: the next wait of the join tries again
+            return
+        if isinstance(found, str) and found:
+            self._cluster = cluster_label(found)
 
     def reset_starts(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """Where a plain consumer starts on partitions with no committed offset, when that is their log start.

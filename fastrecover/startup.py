@@ -49,7 +49,8 @@ def child_handle(conf: dict[str, Any], settings: Settings) -> _KafkaConsumer | N
     and the ``fastrecover.child.*`` overrides.  Only the overrides can make librdkafka refuse the
     child and not the primary, so with overrides the handle is made here: a refused one fails at
     construction, and the error names the setting librdkafka names.  Without them the handle is
-    made when the child first needs it (a range to read, or a jump asking the cluster's id).
+    made when the child first needs it (a range to read, or a jump asking the cluster's id when the
+    primary's client cannot give it: fastrecover/recovery_reads.py).
     Made at construction, a second client started connecting and looking up its group's coordinator
     while the primary joined: CPU of this process and the broker's, on the way to the first fresh
     record of every restart, for a handle that a restart with a small lag never uses.
