@@ -115,9 +115,9 @@ class RecoveryReads:
         librdkafka keeps the id its last metadata response carried: ``cluster_id()`` (confluent-kafka
         2.16 and later) returns it with no request, or waits for the next metadata response with the
         GIL released.  A join asks for metadata before the group can hand out anything, so waiting here,
-        between the waits on the primary, has the id known before the assignment's recovery.  The other
-        way, a metadata request through the child's handle made for it, took 15-45 ms of a first
-        recovery (and 45-60 ms at 2,048 partitions).  Never called from a recovery: recoveries run
+        between the waits on the primary, normally has the id known before the assignment's recovery.
+        Otherwise that recovery asks with a metadata request through the child's handle, made for it:
+        15-45 ms of a first recovery (45-60 ms at 2,048 partitions).  Never called from a recovery: they run
         inside librdkafka's callbacks, where a ``cluster_id()`` that raises (no metadata yet) leaves
         confluent-kafka's call state broken, and the next callback of the same poll aborts the process.
         """
