@@ -104,9 +104,21 @@ def mode_class() -> type[ParallelMode]:
     return ParallelMode
 
 
-def _building(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+def _built(self: Any, consumer: type) -> None:
+    """Build the mode unless it is built: a method bound while pending stays the pending one.
+
+    An application that keeps ``commit = consumer.commit`` from before its first poll calls the
+    pending class's method for the consumer's whole life, also once the mode is built.
+    """
+    if self._pending is not None:
         self._build_mode()
+    elif type(self) is not consumer:  # pending with nothing to build from: never built, or its close failed
+        raise RuntimeError("Consumer closed")  # confluent_kafka's words for a closed consumer
+
+
+def _building(name: str, method: Callable[..., Any], consumer: type) -> Callable[..., Any]:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _built(self, consumer)
         return getattr(self, name)(*args, **kwargs)
 
     call.__name__ = name
@@ -150,12 +162,16 @@ def pending_class(consumer: type[C]) -> type[C]:
         if isinstance(attr, property):
             members[name] = _building_property(name, attr)
         elif callable(attr):
-            members[name] = _building(name, attr)
+            members[name] = _building(name, attr, consumer)
 
     def subscribe(
         self: Any, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
     ) -> None:
         callbacks = (on_assign, on_revoke, on_lost)
+        if self._pending is None:  # bound while pending, called once built
+            _built(self, consumer)
+            self.subscribe(topics, *callbacks)
+            return
         if any(cb is not None and not callable(cb) for cb in callbacks):
             self._build_mode()  # confluent_kafka's own error, from the built consumer's subscribe()
             self.subscribe(topics, *callbacks)
@@ -167,6 +183,10 @@ def pending_class(consumer: type[C]) -> type[C]:
     members["subscribe"] = subscribe
 
     def close(self: Any) -> None:
+        if self._pending is None:  # bound while pending, called once built
+            _built(self, consumer)
+            self.close()
+            return
         try:
             self._build_mode()
         except BaseException:

@@ -113,6 +113,24 @@ def test_each_public_member_builds_the_mode_first(name: str, conf: dict[str, Any
     assert type(consumer) is Consumer and consumer._fr is not None
 
 
+def test_methods_bound_while_pending_answer_as_the_built_consumer(conf: dict[str, Any]) -> None:
+    """``commit = consumer.commit`` before the first poll is how a tuned loop starts: the bound method is
+    the pending class's for the consumer's whole life, and must not try to build the mode again."""
+    consumer = Consumer(conf)
+    bound = {name: getattr(consumer, name) for name in ("poll", "consume", "pause", "metrics", "subscribe", "close")}
+    assert consumer._fr is None
+    assert consumer.parallel_rebalance_enabled, "built by another call"
+    assert bound["poll"](0) is None
+    assert bound["consume"](1, 0) == []
+    bound["pause"]([])
+    assert bound["metrics"]().parallel_rebalance
+    bound["subscribe"](["startup-topic"])
+    bound["close"]()
+    assert consumer._fr is None
+    with pytest.raises(RuntimeError, match="Consumer closed"):
+        bound["poll"](0)
+
+
 def test_close_of_a_pending_consumer_builds_and_closes_the_mode(conf: dict[str, Any]) -> None:
     consumer = Consumer(conf)
     consumer.close()

@@ -777,11 +777,30 @@ def wait_until_serving(
         ignore=(KafkaException,),
     )
 
-    try:
-        admin.create_topics([NewTopic(PROBE_TOPIC, 1, 1)])[PROBE_TOPIC].result(timeout=deadline.remaining())
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+    def creates_probe() -> bool:
+        if check_alive is not None:
+            check_alive()
+        request = admin.create_topics([NewTopic(PROBE_TOPIC, 1, 1)], request_timeout=min(5.0, deadline.remaining()))
+        try:
+            request[PROBE_TOPIC].result(timeout=max(0.1, deadline.remaining()))
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return True
+            if not probe_error_is_transient(error):
+                raise RuntimeError(f"the broker at {bootstrap} refused the probe topic {PROBE_TOPIC}: {error}") from exc
             raise
+        return True
+
+    # A broker that has just answered metadata can still drop the next connection (a listener
+    # still binding, a controller still electing): one such failure is not a broken broker.
+    wait_for(
+        creates_probe,
+        deadline.remaining(),
+        0.2,
+        f"broker at {bootstrap} to create the probe topic {PROBE_TOPIC}",
+        ignore=(KafkaException,),
+    )
     _wait_for_partitions(admin, PROBE_TOPIC, 1, deadline)
 
     def commits() -> bool:
@@ -801,6 +820,26 @@ def wait_until_serving(
     )
     with contextlib.suppress(Exception):
         admin.delete_consumer_groups([PROBE_GROUP], request_timeout=5.0)[PROBE_GROUP].result(timeout=5.0)
+
+
+_TRANSIENT_PROBE_ERRORS = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_CONTROLLER,
+    }
+)
+
+
+def probe_error_is_transient(error: KafkaError) -> bool:
+    """Whether a failed creation of the probe topic is worth another try before the deadline.
+
+    librdkafka does not flag a dropped connection (``_TRANSPORT``) as retriable, yet that is
+    exactly what a broker still settling after its first metadata answer produces.
+    """
+    return bool(error.retriable()) or error.code() in _TRANSIENT_PROBE_ERRORS
 
 
 def _wait_for_partitions(admin: Any, topic: str, partitions: int, deadline: Deadline) -> None:
