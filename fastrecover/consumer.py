@@ -20,7 +20,7 @@ from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover._accel import fast_poll
 from fastrecover.config import mode_requested, parse_bool, split_config
-from fastrecover.startup import PendingMode, advise_static_membership, child_handle, pending_class
+from fastrecover.startup import PendingMode, advise_static_membership, built_mode, child_handle, pending_class
 from fastrecover.steady import FAST_CALLS, IDLE_SLICE_S, SteadyGate
 from fastrecover.steady import poll as _steady_poll
 
@@ -152,7 +152,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         Raises:
             ValueError / KafkaException for bad arguments or a failed consumer, as plain.
         """
-        fr = self._fr
+        fr = self._fr or built_mode(self)
         if (
             fr is None
             or type(num_messages) is not int
@@ -177,7 +177,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             KafkaException as plain (``_NO_OFFSET`` when nothing is stored); with the mode on a
             synchronous commit may also raise ``StoreUnavailableError`` or ``FencedError``.
         """
-        fr = self._fr
+        fr = self._fr or built_mode(self)
         if fr is not None and offsets is None and message is not None:
             partitions = fr.partitions
             if not partitions.owned:
@@ -206,7 +206,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         Raises:
             KafkaException: as plain, e.g. ``_INVALID_ARG`` with ``enable.auto.offset.store=true``.
         """
-        fr = self._fr
+        fr = self._fr or built_mode(self)
         # one record at a time, and often per record: the common cases first, each test once
         if (
             fr is not None

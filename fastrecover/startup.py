@@ -14,7 +14,9 @@ application's thread at the next forced switch, and the join would leave about 5
 first call that needs the mode builds it in the caller's thread, which owns both consumers.
 
 Until then the object is an instance of :func:`pending_class` of ``Consumer``: every method that
-depends on the mode first builds it, then runs as the built consumer's.  The mode is built at
+depends on the mode first builds it, then runs as the built consumer's.  The methods called once per
+record (:data:`BUILDS_ITSELF`) build it themselves and stay ``Consumer``'s own, so that one an
+application bound before its first poll costs nothing more for the consumer's life.  The mode is built at
 construction instead for a subclass of ``Consumer`` (its class is the application's to keep), and
 when every recovery waits for the store (``Settings.defers_store_open`` false): its open, about
 0.3 s, then begins at once, and the import no longer matters.
@@ -104,22 +106,29 @@ def mode_class() -> type[ParallelMode]:
     return ParallelMode
 
 
-def _built(self: Any, consumer: type) -> None:
-    """Build the mode unless it is built: a method bound while pending stays the pending one.
+#: the methods an application calls once per record build the mode themselves (when ``_fr`` is None
+#: and a mode is pending), and the pending class leaves them as they are: one bound while the mode
+#: was pending (``commit = consumer.commit`` ahead of the read loop) is then the consumer's own, with
+#: no wrapper in front of every call for the consumer's whole life.
+BUILDS_ITSELF = frozenset({"poll", "consume", "commit", "store_offsets"})
 
-    An application that keeps ``commit = consumer.commit`` from before its first poll calls the
-    pending class's method for the consumer's whole life, also once the mode is built.
+
+def built_mode(consumer: Any) -> ParallelMode | None:
+    """The mode of a consumer that has none: built now if one is pending, else None (mode off, or closed).
+
+    The methods of :data:`BUILDS_ITSELF` call it as ``self._fr or built_mode(self)``: a built mode is
+    always true (ParallelMode has no ``__len__``), so the steady path pays one truth test.
     """
-    if self._pending is not None:
-        self._build_mode()
-    elif type(self) is not consumer:  # pending with nothing to build from: never built, or its close failed
-        raise RuntimeError("Consumer closed")  # confluent_kafka's words for a closed consumer
+    return consumer._build_mode() if consumer._pending is not None else None  # type: ignore[no-any-return]
 
 
-def _building(name: str, method: Callable[..., Any], consumer: type) -> Callable[..., Any]:
+def _building(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    # ``method`` is called, not looked up on the instance: a method bound while pending stays this
+    # wrapper once the mode is built, and must not build it again.
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _built(self, consumer)
-        return getattr(self, name)(*args, **kwargs)
+        if self._pending is not None:
+            self._build_mode()
+        return method(self, *args, **kwargs)
 
     call.__name__ = name
     call.__qualname__ = f"pending.{name}"
@@ -157,20 +166,19 @@ def pending_class(consumer: type[C]) -> type[C]:
     """
     members: dict[str, Any] = {"__doc__": consumer.__doc__, "__module__": consumer.__module__}
     for name, attr in vars(consumer).items():
-        if name.startswith("_"):  # __enter__/__exit__ reach the public methods; the private ones run built
+        if name.startswith("_") or name in BUILDS_ITSELF:  # __enter__/__exit__ reach the public methods
             continue
         if isinstance(attr, property):
             members[name] = _building_property(name, attr)
         elif callable(attr):
-            members[name] = _building(name, attr, consumer)
+            members[name] = _building(name, attr)
 
     def subscribe(
         self: Any, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
     ) -> None:
         callbacks = (on_assign, on_revoke, on_lost)
         if self._pending is None:  # bound while pending, called once built
-            _built(self, consumer)
-            self.subscribe(topics, *callbacks)
+            consumer.subscribe(self, topics, *callbacks)
             return
         if any(cb is not None and not callable(cb) for cb in callbacks):
             self._build_mode()  # confluent_kafka's own error, from the built consumer's subscribe()
@@ -184,8 +192,7 @@ def pending_class(consumer: type[C]) -> type[C]:
 
     def close(self: Any) -> None:
         if self._pending is None:  # bound while pending, called once built
-            _built(self, consumer)
-            self.close()
+            consumer.close(self)
             return
         try:
             self._build_mode()

@@ -20,6 +20,7 @@ from confluent_kafka import Message
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover._accel import StateBase
+from fastrecover.startup import built_mode
 
 if TYPE_CHECKING:
     from fastrecover.consumer import Consumer
@@ -186,7 +187,7 @@ def poll(self: Consumer, timeout: float | None = None) -> Message | None:
             else:
                 gate.primary_messages += 1
             return msg  # type: ignore[no-any-return]
-    fr = self._fr
+    fr = self._fr or built_mode(self)
     if fr is None and timeout is None:  # a subclass with the mode off: confluent_kafka's poll() waits forever
         return _K.poll(self)  # type: ignore[no-any-return]
     if fr is None or (timeout is not None and type(timeout) not in _NUMBER):

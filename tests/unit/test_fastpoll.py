@@ -76,6 +76,8 @@ class FakeMode(_accel.StateBase):  # type: ignore[misc,valid-type]
 
 
 class App:
+    _pending = None  # as Consumer's: no mode waits to be built
+
     def __init__(self, fr: FakeMode | None) -> None:
         self._fr = fr
         self._gate = fr  # the fake is the mode and its steady gate at once

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from fastrecover.consumer import Consumer
+from fastrecover.startup import BUILDS_ITSELF
 
 #: a port nothing listens on: construction and close need no broker
 NOWHERE = "127.0.0.1:9"
@@ -119,7 +120,10 @@ def test_methods_bound_while_pending_answer_as_the_built_consumer(conf: dict[str
     consumer = Consumer(conf)
     bound = {name: getattr(consumer, name) for name in ("poll", "consume", "pause", "metrics", "subscribe", "close")}
     assert consumer._fr is None
+    for name in BUILDS_ITSELF:  # no wrapper in front of a per-record call, for the consumer's whole life
+        assert getattr(type(consumer), name) is getattr(Consumer, name), name
     assert consumer.parallel_rebalance_enabled, "built by another call"
+    assert consumer._fr, "the per-record methods read `self._fr or built_mode(self)`: a built mode is true"
     assert bound["poll"](0) is None
     assert bound["consume"](1, 0) == []
     bound["pause"]([])
