@@ -132,6 +132,55 @@ def test_commit_of_an_unassigned_partition_is_accepted(
     assert commit_offset_of(bootstrap, f"{unique_group}-on", topic, 1) == 150
 
 
+def test_methods_bound_before_the_first_call_serve_the_whole_life_as_plain(
+    bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path
+) -> None:
+    """A loop that looks its methods up once, before subscribe(), as tuned loops and frameworks do.
+
+    With the mode on, the consumer builds its mode at the first call that needs it; a method bound
+    earlier must not try to build it again (it raised "Consumer closed" once) nor commit elsewhere.
+    """
+    topic = topic_factory(partitions=1)
+    committed: dict[str, int] = {}
+    for flavour in BOTH:
+        group = _lag(bootstrap, topic, unique_group, flavour)
+        # a replay limit above 0, as by default: the mode waits to be built until the first call that needs it
+        deferred = {"fastrecover.recovery.replay.max.offsets": 2 * LOG_END} if flavour == "on" else {}
+        conf = base_config(bootstrap, group, **{"enable.auto.offset.store": False})
+        consumer = make(flavour, conf, tmp_path, **deferred)
+        assert flavour != "on" or consumer._fr is None, "the mode is pending while the methods are bound"
+        methods = (consumer.consume, consumer.store_offsets, consumer.commit, consumer.committed)
+        try:
+            consumer.subscribe([topic])
+            committed[flavour] = _read_store_commit(*methods, topic=topic, what=flavour)
+        finally:
+            consumer.close()
+    assert committed == {flavour: LOG_END for flavour in BOTH}
+
+
+def _read_store_commit(consume: Any, store: Any, commit: Any, committed: Any, *, topic: str, what: str) -> int:
+    """Read the whole lag, store each record, commit once, then wait for the merged committed offset."""
+    seen: list[Message] = []
+
+    def step() -> bool:
+        for msg in consume(200, 0.2):
+            if msg.error() is None:
+                seen.append(msg)
+                store(message=msg)
+        return set(range(COMMITTED, LOG_END)) <= set(_offsets(seen))
+
+    wait_for(step, 60, 0.001, f"{what}: every lagged record")
+    commit(asynchronous=False)
+    return int(
+        wait_for(
+            lambda: (o := committed([TopicPartition(topic, 0)], 10)[0].offset) == LOG_END and o,
+            30,
+            0.1,
+            f"{what}: the merged committed offset to reach the log end",
+        )
+    )
+
+
 def commit_offset_of(bootstrap: str, group: str, topic: str, partition: int) -> int:
     probe = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
