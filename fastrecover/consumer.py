@@ -208,26 +208,23 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         """
         fr = self._fr or built_mode(self)
         # one record at a time, and often per record: the common cases first, each test once
-        if (
-            fr is not None
-            and offsets is None
-            and type(message) is Message
-            and not fr.auto_store
-            and message.error() is None
-        ):
+        if fr is not None and offsets is None and message is not None and not fr.auto_store:
             partitions = fr.partitions
             if not partitions.owned:
-                _K.store_offsets(self, message=message)  # nothing of ours anywhere: plain's own call
+                # nothing of ours anywhere (the steady state): plain's own call, and so plain's answer to a
+                # wrongly typed or errored record, with no check of ours first
+                _K.store_offsets(self, message=message)
                 return
-            key = (message.topic(), message.partition())
-            if key in partitions.routes:
-                fr.router.defer_store(message)  # a partition with ranges: routed in bulk at the next tick
+            if type(message) is Message and message.error() is None:
+                key = (message.topic(), message.partition())
+                if key in partitions.routes:
+                    fr.router.defer_store(message)  # a partition with ranges: routed in bulk at the next tick
+                    return
+                if not partitions.owns(key):
+                    _K.store_offsets(self, message=message)  # nothing of ours on this partition
+                    return
+                fr.store_offsets(message, None)
                 return
-            if not partitions.owns(key):
-                _K.store_offsets(self, message=message)  # nothing of ours on this partition
-                return
-            fr.store_offsets(message, None)
-            return
         if (
             fr is None
             or (message is None) == (offsets is None)

@@ -70,6 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastrecover_tools.bench.patterns import PATTERNS
 from fastrecover_tools.bench.report import Stat
 
 PARTITIONS = 3
@@ -79,13 +80,14 @@ APIS = ("poll", "consume")
 ZERO_MARKER = "zlib_adler32"
 """A C function nothing else in the process calls (``zlib.adler32``): ``--zero-before`` zeroes the counters there."""
 
-CLIENT_FUNCTIONS = ("Consumer_poll", "Consumer_consume", "Message_dealloc")
+CLIENT_FUNCTIONS = ("Consumer_poll", "Consumer_consume", "Message_dealloc", "Consumer_store_offsets", "Consumer_commit")
 """confluent_kafka's C functions whose inclusive cost is the *client's* share of a record.
 
 They hold what librdkafka and confluent_kafka do for a record in the caller's thread: the queue pop,
 the ``Message`` and its copies made, and released when the application drops it, with nearly all of
-glibc's malloc work, which is where a mode-on run's count varies.  That code is the same for every
-variant.  The rest of thread 1 (the *wrapper's* share) is what differs between them: fastrecover's
+glibc's malloc work, which is where a mode-on run's count varies; and, under a ``--pattern`` that
+stores or commits, confluent_kafka's own ``store_offsets()`` and ``commit()``.  That code is the same
+for every variant.  The rest of thread 1 (the *wrapper's* share) is what differs between them: fastrecover's
 Python layer and C extension, or nothing for plain, plus the benchmark's loop, the same for all."""
 
 TICK_CONSTANTS = (("fastrecover.steady", "TICK_S"), ("fastrecover.parallel", "_TICK_S"))
@@ -184,8 +186,11 @@ def rotated(items: Sequence[str], by: int) -> list[str]:
 # One run, in a process under callgrind (``--worker``).
 
 
-def _consumer(variant: str, bootstrap: str, store_url: str, tick_scale: float) -> Any:
-    """The quickstart's consumer; its commit cadence stretched as the tick is (see :func:`slow_ticks`)."""
+def _consumer(variant: str, bootstrap: str, store_url: str, tick_scale: float, pattern: str) -> Any:
+    """The quickstart's consumer with ``pattern``'s settings; its commit cadence stretched as the tick is
+    (see :func:`slow_ticks`)."""
+    from fastrecover_tools.bench.patterns import consumer_config
+
     tag = uuid.uuid4().hex[:8]
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -195,6 +200,7 @@ def _consumer(variant: str, bootstrap: str, store_url: str, tick_scale: float) -
         "enable.auto.commit": True,
         "auto.commit.interval.ms": int(AUTO_COMMIT_MS * tick_scale),
         "session.timeout.ms": 30_000,
+        **consumer_config(pattern),
     }
     if variant == PLAIN:
         from confluent_kafka import Consumer as RawConsumer
@@ -228,14 +234,27 @@ def slow_ticks(scale: float) -> list[str]:
 
 
 def worker(
-    variant: str, api: str, records: int, batch: int, bootstrap: str, topic: str, store_url: str, tick_scale: float
+    variant: str,
+    api: str,
+    records: int,
+    batch: int,
+    bootstrap: str,
+    topic: str,
+    store_url: str,
+    tick_scale: float,
+    pattern: str = "auto",
 ) -> int:
     """Join, take the first record, zero the counters, read ``records`` records, print how many, ``os._exit``.
 
-    Nothing closes the consumer: ``close()`` is a fixed cost that only adds noise to the difference.
+    Each record is stored or committed as ``pattern`` says (fastrecover_tools.bench.patterns), with
+    methods looked up once the first record came: a commit whose mode is built at that call can be
+    compared with one that builds it earlier.  Nothing closes the consumer: ``close()`` is a fixed cost
+    that only adds noise to the difference.
     """
+    from fastrecover_tools.bench.patterns import hooks
+
     scaled = slow_ticks(tick_scale) if variant != PLAIN else []
-    consumer = _consumer(variant, bootstrap, store_url, tick_scale)
+    consumer = _consumer(variant, bootstrap, store_url, tick_scale, pattern)
     consumer.subscribe([topic])
     deadline = time.monotonic() + 300  # a join under valgrind, which serializes every thread
     while True:
@@ -244,6 +263,7 @@ def worker(
             break
         if time.monotonic() > deadline:
             raise TimeoutError(f"{variant}: no record within 300 s")
+    on_message, on_batch = hooks(consumer, pattern)
     got = 0
     idle = 0
     calls = 0  # poll()/consume() calls: consume()'s cost per record follows the records each call returns
@@ -260,6 +280,8 @@ def worker(
                 continue
             if msg.error() is None:
                 msg.value()
+                if on_message is not None:
+                    on_message(msg)
                 got += 1
     else:
         consume = consumer.consume
@@ -274,7 +296,11 @@ def worker(
             for msg in msgs:
                 if msg.error() is None:
                     msg.value()
+                    if on_message is not None:
+                        on_message(msg)
                     got += 1
+            if on_batch is not None:
+                on_batch()
     sys.stdout.write(json.dumps({"records": got, "calls": calls, "ticks_scaled": scaled}) + "\n")
     sys.stdout.flush()
     os._exit(0)
@@ -360,6 +386,7 @@ def run_once(
     timeout: float,
     tick_scale: float,
     annotate: str = "callgrind_annotate",
+    pattern: str = "auto",
 ) -> tuple[int, int, int, int, list[str]]:
     """One process under callgrind: records read, Ir of thread 1 from the zeroing to the exit, the part of it
     in :data:`CLIENT_FUNCTIONS`, the calls that read the records, the tick constants."""
@@ -386,6 +413,7 @@ def run_once(
         f"--topic={topic}",
         f"--store-url=sqlite:///{store}",
         f"--tick-scale={tick_scale}",
+        f"--pattern={pattern}",
     ]
     proc = subprocess.run(cmd, env=_env(variant), capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
@@ -463,6 +491,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
                                 timeout=args.timeout,
                                 tick_scale=args.tick_scale,
                                 annotate=args.annotate,
+                                pattern=args.pattern,
                             )
                             runs[n] = (got, ir)
                             tick_constants[name] = scaled
@@ -523,7 +552,11 @@ def report(
             ratios.setdefault(f"{n} / {base}", {})[api] = ratio(med[n], med[base])
             added.setdefault(f"{n} - {base}", {})[api] = wrapper_share(wrap[n], wrap[base], med[base])
     return {
-        "what": "instructions executed by the caller's thread (thread 1) per record, steady state, auto-commit",
+        "what": (
+            "instructions executed by the caller's thread (thread 1) per record, steady state, "
+            f"commit pattern {args.pattern}"
+        ),
+        "pattern": args.pattern,
         "method": (
             f"callgrind --separate-threads=yes --zero-before={ZERO_MARKER}; per record = (Ir({large}) - Ir({small})) "
             f"/ (records({large}) - records({small})); {args.repeats} repeats, variants interleaved"
@@ -567,6 +600,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch", type=int, default=500, help="consume()'s num_messages")
     parser.add_argument(
+        "--pattern",
+        default="auto",
+        choices=sorted(PATTERNS),
+        help="how each record is committed (fastrecover bench's commit patterns; default auto: auto-commit)",
+    )
+    parser.add_argument(
         "--tick-scale",
         type=float,
         default=TICK_SCALE,
@@ -586,7 +625,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = [a for a in argv if not a.startswith("--bootstrap")]
     if args.worker:
         return worker(
-            args.variant, args.api, args.count, args.batch, args.bootstrap, args.topic, args.store_url, args.tick_scale
+            args.variant,
+            args.api,
+            args.count,
+            args.batch,
+            args.bootstrap,
+            args.topic,
+            args.store_url,
+            args.tick_scale,
+            args.pattern,
         )
     broker = None
     bootstrap = args.bootstrap or os.environ.get("FASTRECOVER_BOOTSTRAP")
