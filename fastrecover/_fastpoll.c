@@ -8,12 +8,17 @@
  * fastrecover/steady.py (the Python function ``poll``), which stays the reference and the fallback when the
  * extension is not built.  Anything the fast path does not recognise goes to the Python function.
  *
- * Two types:
+ * Three types:
  *   FastState  the counters the fast path reads and writes, as C fields; SteadyGate (Python, the
  *              consumer's ``_gate``) inherits them, so its methods read and write them as ordinary
  *              attributes.
  *   FastPoll   a method descriptor put in Consumer's class dict as ``poll``; it binds like a
  *              function (super().poll, Consumer.poll(c, t) and bound methods all work).
+ *   FastOffsets  the same kind of descriptor for ``commit`` and ``store_offsets``, which many
+ *              applications call once per record too.  It takes no decision of its own either: it
+ *              repeats the first test of Consumer.commit / Consumer.store_offsets (consumer.py), which
+ *              hand a one-record call to confluent_kafka's own method while nothing of the mode's is
+ *              on any partition, and gives every other call to them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -338,16 +343,204 @@ static PyTypeObject FastPollType = {
     .tp_getset = fastpoll_getset,
 };
 
+/* ---- FastOffsets ---------------------------------------------------------------------------- */
+
+/* Which method a FastOffsets stands for: they differ in the keywords they take, and store_offsets
+   also tests that the application stores offsets itself. */
+enum { OFFSETS_COMMIT = 0, OFFSETS_STORE = 1 };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *kafka;  /* confluent_kafka.Consumer.commit or .store_offsets (a method descriptor) */
+    PyObject *slow;   /* the Python method: every call the fast path does not take */
+    int kind;
+    PyObject *dict;   /* __doc__, __name__, __wrapped__ ... (functools.update_wrapper) */
+} FastOffsets;
+
+static PyObject *str_partitions;   /* "partitions": the mode's Partitions */
+static PyObject *str_owned;        /* "owned": the partitions with a range, a mirror or a floor */
+static PyObject *str_auto_store;   /* "auto_store": enable.auto.offset.store as the application set it */
+static PyObject *str_message;      /* "message" */
+static PyObject *str_asynchronous; /* "asynchronous" */
+
+static int
+same_name(PyObject *name, PyObject *interned)
+{
+    return name == interned || (PyUnicode_Check(name) && PyUnicode_Compare(name, interned) == 0);
+}
+
+/* The truth of ``obj.name``: 1 or 0, and -1 (no exception left) when it cannot be read. */
+static int
+attr_truth(PyObject *obj, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    int truth;
+
+    if (value == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    truth = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    if (truth < 0) {
+        PyErr_Clear();
+    }
+    return truth;
+}
+
+/* 1 when the Python method would hand this call to confluent_kafka's: a mode, with nothing of its
+   own on any partition (and, for store_offsets, offsets stored by the application); else 0. */
+static int
+steady_offsets(FastOffsets *self, PyObject *consumer)
+{
+    PyObject *fr, *partitions;
+    int fast = 0;
+
+    fr = PyObject_GetAttr(consumer, str_fr);
+    if (fr == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (fr != Py_None && (self->kind == OFFSETS_COMMIT || attr_truth(fr, str_auto_store) == 0)) {
+        partitions = PyObject_GetAttr(fr, str_partitions);
+        if (partitions == NULL) {
+            PyErr_Clear();
+        }
+        else {
+            fast = attr_truth(partitions, str_owned) == 0;
+            Py_DECREF(partitions);
+        }
+    }
+    Py_DECREF(fr);
+    return fast;
+}
+
+static PyObject *
+fastoffsets_vectorcall(FastOffsets *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i, nkw;
+    PyObject *message = NULL;
+
+    /* One record: (consumer, message), or (consumer, message=m) and for commit also asynchronous=. */
+    nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs == 2 && nkw == 0) {
+        message = args[1];
+    }
+    else if (nargs == 1 && nkw >= 1 && nkw <= 2) {
+        for (i = 0; i < nkw; i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            if (same_name(name, str_message)) {
+                message = args[1 + i];
+            }
+            else if (!(self->kind == OFFSETS_COMMIT && same_name(name, str_asynchronous))) {
+                message = NULL; /* offsets=, or a keyword the Python method answers */
+                break;
+            }
+        }
+    }
+    if (message == NULL || message == Py_None || !steady_offsets(self, args[0])) {
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    }
+    return PyObject_Vectorcall(self->kafka, args, nargsf, kwnames);
+}
+
+static PyObject *
+fastoffsets_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *kafka, *slow;
+    const char *kind;
+    FastOffsets *self;
+    static char *kwlist[] = {"kafka", "slow", "kind", NULL};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOs", kwlist, &kafka, &slow, &kind)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(kafka) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "FastOffsets: kafka and slow must be callable");
+        return NULL;
+    }
+    if (strcmp(kind, "commit") != 0 && strcmp(kind, "store_offsets") != 0) {
+        PyErr_Format(PyExc_ValueError, "FastOffsets: kind must be 'commit' or 'store_offsets', not '%s'", kind);
+        return NULL;
+    }
+    self = (FastOffsets *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = (vectorcallfunc)fastoffsets_vectorcall;
+    self->kafka = Py_NewRef(kafka);
+    self->slow = Py_NewRef(slow);
+    self->kind = strcmp(kind, "commit") == 0 ? OFFSETS_COMMIT : OFFSETS_STORE;
+    return (PyObject *)self;
+}
+
+static int
+fastoffsets_traverse(FastOffsets *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->kafka);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+fastoffsets_clear(FastOffsets *self)
+{
+    Py_CLEAR(self->kafka);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+fastoffsets_dealloc(FastOffsets *self)
+{
+    PyObject_GC_UnTrack(self);
+    fastoffsets_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef fastoffsets_members[] = {
+    {"slow", T_OBJECT, offsetof(FastOffsets, slow), READONLY, "the Python method behind the fast path"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef fastoffsets_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject FastOffsetsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "fastrecover._fastpoll.FastOffsets",
+    .tp_doc = "Consumer.commit()/store_offsets() of one record: confluent_kafka's own while the mode holds "
+              "nothing, everything else in the Python method `slow`.",
+    .tp_basicsize = sizeof(FastOffsets),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = fastoffsets_new,
+    .tp_traverse = (traverseproc)fastoffsets_traverse,
+    .tp_clear = (inquiry)fastoffsets_clear,
+    .tp_dealloc = (destructor)fastoffsets_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastOffsets, vectorcall),
+    .tp_descr_get = fastpoll_get,
+    .tp_dictoffset = offsetof(FastOffsets, dict),
+    .tp_members = fastoffsets_members,
+    .tp_getset = fastoffsets_getset,
+};
+
 /* ---- the module ----------------------------------------------------------------------------- */
 
 /* The interface fastrecover/_accel.py expects (its ABI): change both together, with every change of
  * these types or of the steady path they repeat, so that a module built from an older source is refused. */
-#define FASTPOLL_ABI 1
+#define FASTPOLL_ABI 2
 
 static struct PyModuleDef fastpoll_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "fastrecover._fastpoll",
-    .m_doc = "Consumer.poll()'s steady path in C (see fastrecover/steady.py for the reference).",
+    .m_doc = "Consumer.poll()'s steady path, and commit()/store_offsets() of one record, in C.",
     .m_size = -1,
 };
 
@@ -359,10 +552,17 @@ PyInit__fastpoll(void)
     str_gate = PyUnicode_InternFromString("_gate");
     str_fr = PyUnicode_InternFromString("_fr");
     str_poll = PyUnicode_InternFromString("poll");
-    if (str_gate == NULL || str_fr == NULL || str_poll == NULL) {
+    str_partitions = PyUnicode_InternFromString("partitions");
+    str_owned = PyUnicode_InternFromString("owned");
+    str_auto_store = PyUnicode_InternFromString("auto_store");
+    str_message = PyUnicode_InternFromString("message");
+    str_asynchronous = PyUnicode_InternFromString("asynchronous");
+    if (str_gate == NULL || str_fr == NULL || str_poll == NULL || str_partitions == NULL || str_owned == NULL
+        || str_auto_store == NULL || str_message == NULL || str_asynchronous == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&FastStateType) < 0 || PyType_Ready(&FastPollType) < 0) {
+    if (PyType_Ready(&FastStateType) < 0 || PyType_Ready(&FastPollType) < 0
+        || PyType_Ready(&FastOffsetsType) < 0) {
         return NULL;
     }
     m = PyModule_Create(&fastpoll_module);
@@ -371,6 +571,7 @@ PyInit__fastpoll(void)
     }
     if (PyModule_AddObjectRef(m, "FastState", (PyObject *)&FastStateType) < 0
         || PyModule_AddObjectRef(m, "FastPoll", (PyObject *)&FastPollType) < 0
+        || PyModule_AddObjectRef(m, "FastOffsets", (PyObject *)&FastOffsetsType) < 0
         || PyModule_AddIntConstant(m, "ABI", FASTPOLL_ABI) < 0) {
         Py_DECREF(m);
         return NULL;

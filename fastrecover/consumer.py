@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
-from fastrecover._accel import fast_poll
+from fastrecover._accel import fast_offsets, fast_poll
 from fastrecover.config import mode_requested, parse_bool, split_config
 from fastrecover.startup import PendingMode, advise_static_membership, built_mode, child_handle, pending_class
 from fastrecover.steady import FAST_CALLS, IDLE_SLICE_S, SteadyGate
@@ -165,6 +165,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
 
     # ---- commits ---------------------------------------------------------------------------
 
+    @fast_offsets(_K.commit, "commit")  # its steady case in C when the extension is built (fastrecover/_accel.py)
     def commit(  # type: ignore[override]
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None, asynchronous: bool = True
     ) -> list[TopicPartition] | None:
@@ -200,6 +201,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             return _K.commit(self, offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
         return fr.commit(message, offsets, bool(asynchronous))
 
+    @fast_offsets(_K.store_offsets, "store_offsets")
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         """Store offsets for the next offset-less or automatic commit, routed like :meth:`commit`.
 
