@@ -92,8 +92,7 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
 
 
 def _c_path(kind: str, kafka: Kafka) -> Any:
-    fast = _accel._fastpoll.FastOffsets(kafka.method(kind), lambda *a, **k: SLOW, kind)
-    return fast
+    return _accel._fastpoll.FastOffsets(kafka.method(kind), lambda *a, **k: SLOW, kind)
 
 
 @pytest.fixture(autouse=True)

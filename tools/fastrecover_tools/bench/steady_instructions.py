@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastrecover_tools.bench.patterns import PATTERNS
+from fastrecover_tools.bench.patterns import PATTERNS, consumer_config, hooks
 from fastrecover_tools.bench.report import Stat
 
 PARTITIONS = 3
@@ -189,8 +189,6 @@ def rotated(items: Sequence[str], by: int) -> list[str]:
 def _consumer(variant: str, bootstrap: str, store_url: str, tick_scale: float, pattern: str) -> Any:
     """The quickstart's consumer with ``pattern``'s settings; its commit cadence stretched as the tick is
     (see :func:`slow_ticks`)."""
-    from fastrecover_tools.bench.patterns import consumer_config
-
     tag = uuid.uuid4().hex[:8]
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -251,8 +249,6 @@ def worker(
     compared with one that builds it earlier.  Nothing closes the consumer: ``close()`` is a fixed cost
     that only adds noise to the difference.
     """
-    from fastrecover_tools.bench.patterns import hooks
-
     scaled = slow_ticks(tick_scale) if variant != PLAIN else []
     consumer = _consumer(variant, bootstrap, store_url, tick_scale, pattern)
     consumer.subscribe([topic])
