@@ -87,16 +87,19 @@ def _in_plain_commit(stacks: str) -> bool:
     if not frames:
         return False
     path, line, func = frames[0]
-    source = Path(path).read_text(encoding="utf-8").splitlines()[int(line) - 1]
     if path.endswith("/fastrecover_tools/testing/worker.py") and func == "_commit":
         # A one-record commit runs in C when the extension is built (``FastOffsets``): no frame of
         # ``Consumer.commit`` at all, so the innermost is the worker's call of its commit partial (seen in
         # CI on 2026-11-28: m2 in ``_commit``'s ``action()``, "1 out-queue" at socket.timeout.ms). A
         # partial has no frame either; a lambda, or the Python method, would be the innermost frame.
-        return source.strip() == "action()"
+        return _source_line(path, line).strip() == "action()"
     if "/fastrecover/" not in path:  # the library's modules (the tools live in fastrecover_tools/)
         return False
-    return "_K.commit(" in source
+    return "_K.commit(" in _source_line(path, line)
+
+
+def _source_line(path: str, line: str) -> str:
+    return Path(path).read_text(encoding="utf-8").splitlines()[int(line) - 1]
 
 
 def _never_rejoined(proc: WorkerProc, stacks: str) -> bool:
@@ -116,8 +119,7 @@ def _never_rejoined(proc: WorkerProc, stacks: str) -> bool:
     frames = _main_frames(stacks)
     if not frames or "/fastrecover/" not in frames[0][0]:
         return False
-    path, line, _func = frames[0]
-    source = Path(path).read_text(encoding="utf-8").splitlines()[int(line) - 1]
+    source = _source_line(frames[0][0], frames[0][1])
     return "_K.consume(" in source or "_K.poll(" in source
 
 
@@ -178,6 +180,8 @@ def test_the_probe_sees_the_plain_commit_wherever_fastrecover_calls_it() -> None
     assert not _in_plain_commit(_dump([(commits, both, "commit_both")]))
     assert not _in_plain_commit(_dump([(consumer, direct - 1, "commit")]))
     assert not _in_plain_commit("no dump at all")
+    # a frame with no file behind it (frozen modules) is nobody's commit, and the probe must not raise on it
+    assert not _in_plain_commit(_dump([(Path("<frozen runpy>"), 88, "_run_code")]))
 
 
 class _LivenessProbe:
