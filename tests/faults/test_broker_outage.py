@@ -117,9 +117,12 @@ def _never_rejoined(proc: WorkerProc, stacks: str) -> bool:
     if not revoked or (assigned and assigned[-1]["t"] > revoked[-1]["t"]):
         return False
     frames = _main_frames(stacks)
-    if not frames or "/fastrecover/" not in frames[0][0]:
+    if not frames:
         return False
-    source = _source_line(frames[0][0], frames[0][1])
+    path, line, _func = frames[0]
+    if "/fastrecover/" not in path:
+        return False
+    source = _source_line(path, line)
     return "_K.consume(" in source or "_K.poll(" in source
 
 
@@ -164,12 +167,12 @@ def _line_of(path: Path, text: str) -> int:
 def test_the_probe_sees_the_plain_commit_wherever_fastrecover_calls_it() -> None:
     """Every frame CI met: ``Consumer.commit``'s own call, the offset-less sync commit's in commits.py, and
     the worker's call of a one-record commit that the extension's C path sends straight to the client."""
-    library = Path(__file__).resolve().parents[2] / "fastrecover"
-    consumer, commits = library / "consumer.py", library / "commits.py"
+    root = Path(__file__).resolve().parents[2]
+    consumer, commits = root / "fastrecover" / "consumer.py", root / "fastrecover" / "commits.py"
     direct = _line_of(consumer, "return _K.commit(self, message=message, asynchronous=asynchronous)")
     offsetless = _line_of(commits, "return _K.commit(self.app, asynchronous=False)")
     both = _line_of(commits, "result = kafka()")
-    worker = Path(__file__).resolve().parents[2] / "tools" / "fastrecover_tools" / "testing" / "worker.py"
+    worker = root / "tools" / "fastrecover_tools" / "testing" / "worker.py"
     action = _line_of(worker, "        action()")
     assert _in_plain_commit(_dump([(consumer, direct, "commit")]))
     assert _in_plain_commit(_dump([(commits, offsetless, "kafka"), (commits, both, "commit_both")]))
