@@ -44,13 +44,26 @@ class RangeWork:
 
 @record
 class Held:
-    """One range this member holds (or keeps parked while the store is down)."""
+    """One range this member holds (or keeps parked while the store is down or still opening).
+
+    A parked range is not in the store: its token id is negative and the commit-metadata mirror
+    is its only durable record.  An *early* one (parked when the primary jumped while the store
+    opened) is read by the child all the same: its progress stays in memory, never written, until
+    the store's part of the recovery takes it over (:meth:`RangeBook.take_over`).  A crash before
+    then reads it again from the mirror, from its start: duplicates, never a skip.
+    """
 
     token: Token
     pending: RangeProgress
     stored: RangeProgress
     parked: bool = False
     skipped: int = 0
+    early: bool = False
+
+    @property
+    def readable(self) -> bool:
+        """Whether the child reads it and commits are routed to it: claimed in the store, or early."""
+        return not self.parked or self.early
 
     @property
     def durable(self) -> RangeProgress:
@@ -80,6 +93,10 @@ class RangeBook:
         self._lineage: dict[TopicPartitionKey, str] = {}
         self._spans: dict[TopicPartitionKey, list[tuple[int, OffsetRange]]] = {}
         self._next_parked_id = -1
+        #: ids of the early ranges held (read before the store has them): asked at every synchronous commit
+        self._early: set[int] = set()
+        #: early (parked) token ids taken over by store tokens: what the child read under the old id lands on the new
+        self._alias: dict[int, int] = {}
         #: mirrors that had to leave out completion maps or merge ranges (re-delivery on a fallback)
         self.mirror_degradations = 0
 
@@ -88,7 +105,12 @@ class RangeBook:
 
     @property
     def has_work(self) -> bool:
-        return any(not h.parked for h in self._by_id.values())
+        return any(h.readable for h in self._by_id.values())
+
+    @property
+    def has_early(self) -> bool:
+        """Whether a range is read before the store has it (a synchronous commit waits for the store first)."""
+        return bool(self._early)
 
     def add(self, token: Token) -> Held:
         held = Held(token, token.progress, token.progress, skipped=token.skipped)
@@ -103,17 +125,60 @@ class RangeBook:
         self._insert(held)
         return held
 
+    def read_early(self, key: TopicPartitionKey) -> list[int]:
+        """The primary jumped past ``key``'s parked ranges (their marker is durable): the child reads them now."""
+        ids = []
+        for held in self.held(key):
+            if held.parked:
+                held.early = True
+                self._early.add(held.token.id)
+                ids.append(held.token.id)
+        self._spans.pop(key, None)
+        return ids
+
+    def reinstate(self, helds: Iterable[Held]) -> None:
+        """Put early ranges back as they were (same ids, progress kept): the store could not take them yet."""
+        for held in helds:
+            self._insert(held)
+
+    def take_over(self, early: Held, token_id: int) -> bool:
+        """Store token ``token_id`` (same span) takes over early range ``early``: its progress, and its id.
+
+        What the application finished while the range was early is a fact about the same offsets
+        of the same log (same committed offset, log end and lineage), so it is merged into the
+        token's progress, to be written with the next range commit.  Calls still naming the old
+        id (records handed out, events, deferred commits) reach the token through an alias.
+        """
+        held = self._by_id.get(token_id)
+        if held is None or held.token.span != early.token.span or held.token.key != early.token.key:
+            return False
+        held.pending = held.pending.commit_upto(early.pending.committed).mark_done(sorted(early.pending.completed))
+        held.stored = held.stored.commit_upto(early.stored.committed).mark_done(sorted(early.stored.completed))
+        held.skipped = max(held.skipped, early.skipped)
+        self._alias[early.token.id] = token_id
+        return True
+
+    def _held(self, token_id: int) -> Held | None:
+        held = self._by_id.get(token_id)
+        if held is None and token_id < 0 and self._alias:
+            alias = self._alias.get(token_id)
+            if alias is not None:
+                held = self._by_id.get(alias)
+        return held
+
     def _insert(self, held: Held) -> None:
         # Adding a token id the book already holds replaces it: a second entry in
         # _by_key would outlive remove() and make held()/spans() raise KeyError.
         self.remove(held.token.id)
         self._by_id[held.token.id] = held
+        if held.early:
+            self._early.add(held.token.id)
         self.by_key.setdefault(held.token.key, []).append(held.token.id)
         self._mirror.pop(held.token.key, None)
         self._spans.pop(held.token.key, None)
 
     def get(self, token_id: int) -> Held | None:
-        return self._by_id.get(token_id)
+        return self._held(token_id)
 
     def held(self, key: TopicPartitionKey | None = None) -> list[Held]:
         if key is None:
@@ -127,7 +192,7 @@ class RangeBook:
         """Open, claimed ranges of a partition, for commit routing (cached: every commit asks)."""
         spans = self._spans.get(key)
         if spans is None:
-            spans = [(i, self._by_id[i].token.span) for i in self.by_key.get(key, ()) if not self._by_id[i].parked]
+            spans = [(i, self._by_id[i].token.span) for i in self.by_key.get(key, ()) if self._by_id[i].readable]
             self._spans[key] = spans
         return spans
 
@@ -136,12 +201,15 @@ class RangeBook:
         return key in self.by_key
 
     def routes(self) -> set[TopicPartitionKey]:
-        """Partitions with at least one claimed range: only their commits need routing."""
+        """Partitions with at least one claimed (or early) range: only their commits need routing."""
         return {k for k in self.by_key if self.spans(k)}
 
     def remove(self, token_id: int) -> Held | None:
         held = self._by_id.pop(token_id, None)
         if held is not None:
+            self._early.discard(token_id)
+            if self._alias:  # only after an early backfill: a few entries
+                self._alias = {old: new for old, new in self._alias.items() if new != token_id}
             ids = self.by_key.get(held.token.key, [])
             if token_id in ids:
                 ids.remove(token_id)
@@ -164,7 +232,7 @@ class RangeBook:
 
     def mark_done(self, token_id: int, offsets: Iterable[int]) -> None:
         """Offsets to commit with the next commit of this range (explicit commit, gaps)."""
-        held = self._by_id.get(token_id)
+        held = self._held(token_id)
         if held is not None:
             done = list(offsets)
             held.pending = held.pending.mark_done(done)
@@ -172,18 +240,18 @@ class RangeBook:
 
     def mark_stored(self, token_id: int, offsets: Iterable[int]) -> None:
         """Offsets the offset store holds: committed by the next offset-less commit."""
-        held = self._by_id.get(token_id)
+        held = self._held(token_id)
         if held is not None:
             held.stored = held.stored.mark_done(offsets)
 
     def commit_upto(self, token_id: int, next_offset: int) -> None:
-        held = self._by_id.get(token_id)
+        held = self._held(token_id)
         if held is not None:
             held.pending = held.pending.commit_upto(next_offset)
             held.stored = held.stored.commit_upto(next_offset)
 
     def store_upto(self, token_id: int, next_offset: int) -> None:
-        held = self._by_id.get(token_id)
+        held = self._held(token_id)
         if held is not None:
             held.stored = held.stored.commit_upto(next_offset)
 
@@ -194,7 +262,7 @@ class RangeBook:
             held.pending = held.stored
 
     def skip_to(self, token_id: int, low: int) -> int:
-        held = self._by_id.get(token_id)
+        held = self._held(token_id)
         if held is None:
             return 0
         # Count from the stored view: a record the application already processed
@@ -206,6 +274,10 @@ class RangeBook:
 
     def dirty(self, keys: Iterable[TopicPartitionKey] | None = None) -> list[Held]:
         return [h for h in self._pool(keys) if h.dirty and not h.parked]
+
+    def early_dirty(self, keys: Iterable[TopicPartitionKey] | None = None) -> list[Held]:
+        """Early ranges with progress the store cannot take yet (it is not theirs until the store's recovery)."""
+        return [h for h in self._pool(keys) if h.early and h.pending != h.token.progress]
 
     def _pool(self, keys: Iterable[TopicPartitionKey] | None) -> list[Held]:
         """Held ranges of ``keys`` (all when None), each once even if a key is named twice."""
@@ -270,5 +342,5 @@ class RangeBook:
         return [
             RangeWork(h.token.id, h.token.key, h.token.span.start, h.stored.committed, h.stored.end, h.stored.completed)
             for h in pool
-            if not h.parked and not h.stored.done
+            if h.readable and not h.stored.done
         ]

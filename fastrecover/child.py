@@ -1,24 +1,20 @@
 """The child consumer: a second ``confluent_kafka.Consumer`` handle that backfills ranges.
 
 It never joins the group (``assign()`` only) and never commits to Kafka: the store is its commit
-log.  There is no thread of ours behind it: librdkafka fetches in its own threads, and
-``poll()``/``consume()`` drain this handle without blocking, from the caller's thread, next to the
-primary.  Records reach the application straight from librdkafka's queue, a batch at a time, with
-no per-record hand-off between Python threads and no GIL contention.
+log.  No thread of ours is behind it: librdkafka fetches in its own threads, and ``poll()`` and
+``consume()`` drain this handle without blocking, from the caller's thread, next to the primary,
+a batch at a time, with no per-record hand-off between Python threads.
 
-Back-pressure is librdkafka's own: nobody reads the handle while the
-application is busy, so its prefetch queue fills up to
-``queued.max.messages.kbytes`` and fetching stops.
+Back-pressure is librdkafka's own: nobody reads the handle while the application is busy, so its
+prefetch queue fills up to ``queued.max.messages.kbytes`` and fetching stops.
 
-Each partition reads one range at a time (its *head*).  Records of a partition
-arrive in offset order, so a fetched batch is cut at the head's end with a
-bisect, never a per-record scan.  A fetched record counts as delivered only once
-:meth:`ChildReader.take` hands it to the application; records still buffered
-when a partition is paused, sought or revoked are given back by seeking the
-handle to the head's delivery cursor, so none is skipped.
+Each partition reads one range at a time (its *head*).  Records of a partition arrive in offset
+order, so a fetched batch is cut at the head's end with a bisect.  A fetched record counts as
+delivered only once :meth:`ChildReader.take` hands it to the application; records still buffered
+when a partition is paused, sought or revoked are given back by seeking the handle to the head's
+delivery cursor, so none is skipped.
 
-The client calls themselves (assign, seek, pause, watermarks) sit in
-:class:`~fastrecover.child_handle.ChildHandle`; this module keeps the ranges.
+The client calls (assign, seek, pause, watermarks) sit in :class:`~fastrecover.child_handle.ChildHandle`.
 """
 
 from __future__ import annotations
@@ -131,6 +127,12 @@ class ChildReader:
             else:
                 for w in [w for w in queue if w.token_id == token_id]:
                     queue.remove(w)
+
+    def rename(self, ids: dict[int, int]) -> None:
+        """Early ranges the store took over (old id -> new id): read on from the cursor, under the new id."""
+        for queue in self._work.values():
+            for work in queue:
+                work.token_id = ids.get(work.token_id, work.token_id)
 
     def pause(self, keys: Iterable[TopicPartitionKey]) -> None:
         keys = set(keys)

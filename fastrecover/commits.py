@@ -70,6 +70,12 @@ class CommitRouter:
         #: per-message commits (asynchronous) and stores of partitions with ranges, routed at the next tick
         self.deferred: list[Message] = []
         self.deferred_stored: list[Message] = []
+        #: runs the store's part of recoveries made while it opened, waiting for the open (the hand-over's)
+        self._finish_recoveries: Callable[[bool], None] = lambda wait: None
+
+    def wait_for_store_with(self, finish: Callable[[bool], None]) -> None:
+        """How a synchronous commit makes ranges read early durable first (the hand-over comes after the router)."""
+        self._finish_recoveries = finish
 
     @property
     def pending(self) -> bool:
@@ -93,6 +99,9 @@ class CommitRouter:
     def commit(
         self, message: Message | None, offsets: list[TopicPartition] | None, asynchronous: bool
     ) -> list[TopicPartition] | None:
+        if not asynchronous and self._book.has_early:
+            # what the child read before the store opened is in memory only: a synchronous commit is durable
+            self._finish_recoveries(True)
         if message is not None:
             if (message.topic(), message.partition()) not in self._partitions.routes:  # a plain tuple equals the key
                 key = TopicPartitionKey(message.topic() or "", message.partition() or 0)

@@ -221,6 +221,7 @@ class RangeCommitter:
         return False
 
     def _sync_job(self, keys: Iterable[TopicPartitionKey] | None, raise_errors: bool) -> _Job | None:
+        keys = None if keys is None else list(keys)  # read twice below
         inflight = self._inflight
         if inflight is not None and (self._link.is_stalled or not self._await(inflight, raise_errors)):
             if raise_errors:
@@ -228,6 +229,12 @@ class RangeCommitter:
             return None
         if inflight is not None:
             self._apply(inflight, raise_errors=False)
+        if raise_errors and self._book.has_early and (early := self._book.early_dirty(keys)):
+            # the store's part of their recovery could not run (it is down): their progress is in memory only
+            raise StoreUnavailableError(
+                f"range store unavailable; {len(early)} ranges read while it opened keep their commits in "
+                "memory (a crash reads them again from their start) until it answers"
+            )
         updates = self._updates(keys)
         if not updates:
             return None

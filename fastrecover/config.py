@@ -172,8 +172,8 @@ KEYS: dict[str, _Key] = {
         _int_parser(0, 2**62),
         "While the store is still opening (the first recovery after start), a lag up to this is replayed by the "
         "primary instead of waiting for the store; a larger one skips to the log end with its ranges made durable "
-        "in Kafka's commit metadata first, and the store takes them once it is open. 0 makes every recovery wait "
-        "for the store.",
+        "in Kafka's commit metadata first, the child reads them at once, and the store takes them (and the "
+        "progress made) once it is open. 0 makes every recovery wait for the store.",
     ),
     "fastrecover.recovery.timeout.ms": _Key(
         10_000,

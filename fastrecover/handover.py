@@ -136,11 +136,33 @@ class Handover:
                 except KafkaException as exc:
                     log.warning("could not mirror ranges into commit metadata: %s", exc)
         finally:
+            child = self._parts.child
+            if recovered.renamed:  # read on from the delivery cursor: given again, a range would be read twice
+                child.rename(recovered.renamed)
+                taken = set(recovered.renamed.values())
+                token_ids = [t for t in token_ids if t not in taken]
+            for token_id in recovered.dropped:
+                child.drop_range(token_id)
             # whatever the mirror's fate, the primary has skipped: the child must read what it skipped
             works = self._book.works(token_ids)
             if works:
                 self._gate.leave()
-                self._parts.child.add(works)
+                child.add(works)
+
+    def finish_recoveries(self, wait: bool = False) -> None:
+        """The store's part of the recoveries made while it opened, once it is open.
+
+        With ``wait`` (a synchronous commit or a revoke while the child reads ranges early) the open
+        is waited for, bounded as any store call: their progress can be made durable only in the store.
+        """
+        parts = self._parts
+        if not parts.recoverer.pending or (parts.link.opening and not wait):
+            return
+        if wait and parts.link.opening:
+            parts.link.get()
+        recovered = parts.recoverer.recover_pending(self._partitions.assigned)
+        if recovered is not None:
+            self.started(recovered)
 
     def unassign(self, keys: list[TopicPartitionKey] | None) -> None:
         self._leave(list(self._partitions.assigned) if keys is None else keys)
@@ -202,6 +224,11 @@ class Handover:
         if not keys:
             return
         self._router.flush_deferred()
+        if not lost and self._book.has_early:  # what the child read early is written before the partition goes
+            try:
+                self.finish_recoveries(wait=True)
+            except StoreError as exc:  # the open's own error (a schema behind): the marker keeps the ranges
+                log.warning("range store not usable while letting partitions go: %s", exc)
         parts = self._parts
         if not lost:
             if parts.auto_store:

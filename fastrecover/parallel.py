@@ -58,6 +58,7 @@ class ParallelMode:
         self.streams = Streams(parts, self.gate)
         self.router = CommitRouter(parts, self.streams)
         self.handover = Handover(parts, self.router, self.streams, self.gate)
+        self.router.wait_for_store_with(self.handover.finish_recoveries)
         self.ticker = Ticker(parts, self.router, self.streams, self.handover, self.gate)
         # read by Consumer's per-record paths and by operators' tools: the parts, never replaced
         self.partitions = parts.partitions

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from confluent_kafka import OFFSET_INVALID, OFFSET_STORED, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
-from fastrecover.book import RangeBook
+from fastrecover.book import Held, RangeBook
 from fastrecover.codec import Marker, lineage_cluster, new_lineage
 from fastrecover.committer import StoreLink
 from fastrecover.config import Settings
@@ -280,8 +280,9 @@ class Recoverer:
         # a partition that jumped on the mirror is planned as at its assignment, jump included (same C and E):
         # its new ranges are the ones its marker holds, now written to the store
         jumped = {k: g for k, g in inputs.items() if g.jumped}
-        # the primary is past their lag: what they hold parked (the marker's mirror) stays until the store has it
-        parked = {k: [h.durable for h in self._book.held(k)] for k in jumped}
+        # the primary is past their lag: what they hold parked (the marker's mirror, read early by the child)
+        # stays, progress and all, until the store has it
+        early = {k: self._book.held(k) for k in jumped}
         plans = self._plans({k: g for k, g in inputs.items() if not g.jumped}, stored, cluster, _NO_JUMP)
         plans.update(self._plans(jumped, stored, cluster, self._settings.backfill_min_offsets))
         self._writer.execute(store, plans, inputs, out)
@@ -294,10 +295,28 @@ class Recoverer:
             if failed or key not in plans:  # not written (or not plannable): parked again, exactly as before
                 self._book.remove_partitions([key])
                 self._book.set_lineage(key, jumped[key].lineage)
-                for progress in parked[key]:
-                    self._book.park(key, self._group, progress)
+                self._book.reinstate(early[key])
+            else:
+                self._take_over(key, early[key], out)
         out.to_mirror.clear()  # the primary commits the mirror with its own offset; this one is old
         return out
+
+    def _take_over(self, key: TopicPartitionKey, early: list[Held], out: Recovered) -> None:
+        """The store's tokens of ``key`` take over the ranges the child has read early, span for span.
+
+        A range the store planned otherwise (it had part of the span, or all of it done) has no
+        token of the same span: the child stops reading it, and the store's own ranges are read from
+        their committed offsets (what the early range delivered is read again: duplicates, never a skip).
+        """
+        tokens = {h.token.span: h.token.id for h in self._book.held(key) if not h.parked}
+        for held in early:
+            if not held.early:
+                continue
+            token_id = tokens.get(held.token.span)
+            if token_id is not None and self._book.take_over(held, token_id):
+                out.renamed[held.token.id] = token_id
+            else:
+                out.dropped.append(held.token.id)
 
     @staticmethod
     def _needs_cluster(

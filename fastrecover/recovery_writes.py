@@ -26,7 +26,7 @@ from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.recovery import PartitionPlan
 from fastrecover.recovery_reads import PartitionInputs
 from fastrecover.tokens import Token, TopicPartitionKey
-from fastrecover.values import record, replace, value
+from fastrecover.values import field, record, replace, value
 
 if TYPE_CHECKING:
     from fastrecover.store import RangeStore
@@ -63,6 +63,10 @@ class Recovered:
     to_mirror: list[tuple[TopicPartitionKey, int]]
     #: where the primary starts on a partition it skipped ahead on (everything below is a range's)
     floors: dict[TopicPartitionKey, int]
+    #: early ranges a store token took over (old id -> new id): the child goes on reading them under the new id
+    renamed: dict[int, int] = field(default_factory=dict)
+    #: early ranges no store token took over (the store had them done, or split): the child stops reading them
+    dropped: list[int] = field(default_factory=list)
 
 
 class RecoveryWriter:
@@ -153,11 +157,12 @@ class RecoveryWriter:
         a plan that jumps (new, restored from the mirror) is parked in the book and committed with the
         committed offset *C* itself, in its marker's mirror, synchronously: that commit is the token.  Only
         the partitions whose commit Kafka took skip to *E*; the others start at *C* and replay, as with the
-        store down.  A crash before the store has them leaves the marker, whose mirror the next recovery
-        restores from (read again from their start: duplicates, never a skip).  Once the store is open,
-        :meth:`Recoverer.recover_pending <fastrecover.recoverer.Recoverer.recover_pending>` plans each
-        partition again with the store's ranges and the same *C* and *E*, and persists, claims and
-        retires what a recovery with the store open would have.
+        store down.  The child reads the ranges of a partition that skipped at once (*early*, their progress
+        in memory only).  A crash before the store has them leaves the marker, whose mirror the next
+        recovery restores from (read again from their start: duplicates, never a skip).  Once the store is
+        open, :meth:`Recoverer.recover_pending <fastrecover.recoverer.Recoverer.recover_pending>` plans each
+        partition again with the store's ranges and the same *C* and *E*, persists, claims and retires what
+        a recovery with the store open would have, and hands the early ranges' progress to their tokens.
 
         Returns the start offsets, and each partition's inputs as the store's part will need them
         (marked ``jumped`` where the primary skipped): the caller keeps them pending.
@@ -196,6 +201,9 @@ class RecoveryWriter:
             self.reports.append(report)
             if jumped and start is not None:
                 out.floors[key] = start
+                # the marker is durable: the child backfills the parked ranges now, not after the store's open
+                # (longer than a plain replay of a lag of this size); their progress stays in memory until then
+                out.started.extend(self._book.read_early(key))
             starts[key] = start
             pending[key] = replace(inputs[key], jumped=jumped)
         return starts, pending

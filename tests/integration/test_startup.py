@@ -197,16 +197,28 @@ def test_a_lag_beyond_the_replay_limit_jumps_on_kafkas_marker_while_the_store_op
             assert store.ranges(unique_group) == [], "nothing in the store yet: the marker is the token"
 
         produce(bootstrap, topic, [f"fresh{i}" for i in range(50)], partition=0)
-        consume_until(consumer, got, lambda: len(got) >= 50, 30, "fresh records while the store is held shut")
-        assert {offset_of(m) for m in got} == set(range(LOG_END, LOG_END + 50)), "only fresh records so far"
+        # the child reads the lag at once, next to the fresh records: the marker made it durable
+        wanted = set(range(OWED_FROM, LOG_END + 50))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 30, "lag and fresh, store shut")
+        assert not store_gate.is_set()
+        consumer.commit(asynchronous=True)  # the backfill's part stays in memory: the store is not open
+
+        def marked_fresh() -> bool:
+            consumer.poll(0.05)
+            return _marker_ranges(bootstrap, unique_group, topic)[0] == LOG_END + 50
+
+        wait_for(marked_fresh, 30, 0.01, "the primary's commit with its marker")
+        assert _marker_ranges(bootstrap, unique_group, topic)[1] == [(OWED_FROM, LOG_END)], "the mirror names it all"
+        with open_store(store_url) as store:
+            assert store.ranges(unique_group) == [], "what the child read early is in memory only"
 
         store_gate.set()
-        wanted = set(range(OWED_FROM, LOG_END + 50))
-        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the lag once the store opened")
+        # a synchronous commit waits for the store and makes the early progress durable: the range is done at once
+        consumer.commit(asynchronous=False)
         with open_store(store_url) as store:
             (token,) = store.ranges(unique_group)
-        assert (token.span.start, token.span.end) == (OWED_FROM, LOG_END)
-        _until_done(consumer, store_url, token.id, "the range finished in the store")
+        assert (token.span.start, token.span.end, token.state) == (OWED_FROM, LOG_END, TokenState.DONE)
+        assert len(got) == len({offset_of(m) for m in got}) == LOG_END + 50 - OWED_FROM, "each record once"
     finally:
         consumer.close()
 
@@ -341,13 +353,118 @@ def test_a_store_write_that_fails_after_the_jump_keeps_the_ranges_in_kafkas_mark
         assert consumer.recoveries[0].primary_start == LOG_END
         produce(bootstrap, topic, [f"fresh{i}" for i in range(20)], partition=0)
         store_gate.set()
-        consume_until(consumer, got, lambda: len(got) >= 20 and bool(attempts), 30, "a failed store write")
-        consumer.commit(asynchronous=False)  # the primary's own offset, above the lag
-        offset, ranges = _marker_ranges(bootstrap, unique_group, topic)
-        assert offset == LOG_END + 20 and ranges == [(OWED_FROM, LOG_END)], "the marker still holds the lag"
+        wanted = set(range(OWED_FROM, LOG_END + 20))
+        consume_until(
+            consumer, got, lambda: {offset_of(m) for m in got} >= wanted and bool(attempts), 30, "a failed store write"
+        )
+        # what the child read early cannot be made durable: a synchronous commit says so, and sends nothing
+        with pytest.raises(StoreError, match="ranges read while it opened"):
+            consumer.commit(asynchronous=False)
+        consumer.commit(asynchronous=True)  # the primary's own offset, above the lag
+
+        def marked_fresh() -> bool:
+            consumer.poll(0.05)
+            return _marker_ranges(bootstrap, unique_group, topic)[0] == LOG_END + 20
+
+        wait_for(marked_fresh, 30, 0.01, "the primary's commit with its marker")
+        assert _marker_ranges(bootstrap, unique_group, topic)[1] == [(OWED_FROM, LOG_END)], "the marker holds the lag"
 
         failing.clear()
-        wanted = set(range(OWED_FROM, LOG_END + 20))
-        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the lag after the write")
+        consumer.commit(asynchronous=False)  # the store answers again: the early progress is written
+        with open_store(store_url) as store:
+            (token,) = store.ranges(unique_group)
+        assert token.state is TokenState.DONE, "nothing of the lag is read again"
+        assert len(got) == len({offset_of(m) for m in got}), "each record once"
     finally:
         consumer.close()
+
+
+def test_a_store_that_opens_mid_range_takes_it_over_where_the_child_is(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    hold_store_opens(store_gate)
+    consumer = Consumer(_jumping_config(bootstrap, unique_group, store_url, **{"enable.auto.commit": True}))
+    got: list[Message] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+
+        def some() -> bool:
+            got.extend(m for m in consumer.consume(20, 0.2) if m.error() is None)
+            return len(got) >= 100
+
+        wait_for(some, 30, 0.001, "part of the lag, read early")
+        assert max(offset_of(m) for m in got) < LOG_END - 100, "the child is in the middle of the range"
+        # paused, so that the ticks take the range over before the child has read the rest of it
+        consumer.pause([TopicPartition(topic, 0)])
+        store_gate.set()
+
+        def stored() -> list[Token]:
+            assert consumer.poll(0.05) is None, "a paused partition yields nothing"
+            with open_store(store_url) as store:
+                return store.ranges(unique_group)
+
+        (token,) = wait_for(stored, 30, 0.01, "the store's part of the recovery")
+        consumer.resume([TopicPartition(topic, 0)])
+        wanted = set(range(OWED_FROM, LOG_END))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "the rest of the lag")
+        _until_done(consumer, store_url, token.id, "the range finished in the store")
+        assert len(got) == len({offset_of(m) for m in got}), "read on from the cursor: each record once"
+    finally:
+        consumer.close()
+
+
+def test_a_member_that_crashes_while_its_child_reads_early_leaves_every_record_to_the_next(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """Progress made before the store opened is in memory only: the next member reads the lag again, whole."""
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    hold_store_opens(store_gate)
+    first = Consumer(_jumping_config(bootstrap, unique_group, store_url))
+    got: list[Message] = []
+    try:
+        first.assign([TopicPartition(topic, 0)])
+        assert first.recoveries[0].primary_start == LOG_END
+        consume_until(first, got, lambda: len(got) >= 200, 30, "part of the lag, read early")
+        assert min(offset_of(m) for m in got) == OWED_FROM
+        first.commit(asynchronous=True)
+        first.poll(0.1)
+    finally:
+        mode_of(first).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]  # a crash
+        first.close()
+    assert _marker_ranges(bootstrap, unique_group, topic) == (OWED_FROM, [(OWED_FROM, LOG_END)])
+
+    store_gate.set()
+    second = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    again: list[Message] = []
+    try:
+        second.assign([TopicPartition(topic, 0)])
+        wanted = set(range(OWED_FROM, LOG_END))
+        consume_until(second, again, lambda: {offset_of(m) for m in again} >= wanted, 60, "the whole lag again")
+    finally:
+        second.close()
+
+
+def test_close_while_the_child_reads_early_writes_its_progress_to_the_store(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    hold_store_opens(store_gate)
+    consumer = Consumer(_jumping_config(bootstrap, unique_group, store_url))
+    got: list[Message] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consume_until(consumer, got, lambda: len(got) >= 200, 30, "part of the lag, read early")
+        consumer.commit(asynchronous=True)
+        read = max(offset_of(m) for m in got if offset_of(m) < LOG_END) + 1
+    finally:
+        store_gate.set()
+        consumer.close()  # waits for the store: the early progress is written before the range is released
+    with open_store(store_url) as store:
+        (token,) = store.ranges(unique_group)
+    assert (token.span.start, token.span.end) == (OWED_FROM, LOG_END)
+    assert token.progress.committed >= read, "what the application committed early is the store's"
+    assert token.owner is None or token.state is TokenState.DONE, "released"

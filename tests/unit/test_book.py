@@ -118,6 +118,82 @@ class TestHolding:
         assert len(book) == 0
 
 
+class TestEarlyRanges:
+    """Parked ranges the child reads before the store opens: progress in memory, then a store token's."""
+
+    def test_an_early_range_is_read_and_routed_but_never_written_nor_mirrored_ahead(self) -> None:
+        book = RangeBook()
+        held = book.park(P0, "g", RangeProgress(70, 120, 70))
+        book.park(P1, "g", RangeProgress(5, 9, 5))
+        assert book.spans(P0) == []
+        assert book.read_early(P0) == [held.token.id]
+        assert held.early and held.readable and book.has_work and book.has_early
+        assert book.spans(P0) == [(held.token.id, OffsetRange(70, 120))]
+        assert book.routes() == {P0}
+        assert [(w.token_id, w.next_offset, w.end) for w in book.works()] == [(held.token.id, 70, 120)]
+        book.commit_upto(held.token.id, 90)
+        assert held.pending.committed == 90
+        assert book.dirty() == [], "the store has no token for it"
+        assert book.early_dirty() == [held] and book.early_dirty([P1]) == []
+        assert decode_mirror(book.mirror(P0)) == [RangeProgress(70, 120, 70)], "the mirror never claims more"
+
+    def test_a_store_token_of_the_same_span_takes_over_progress_and_id(self) -> None:
+        book = RangeBook()
+        early = book.park(P0, "g", RangeProgress(70, 120, 70))
+        book.read_early(P0)
+        book.commit_upto(early.token.id, 90)
+        book.mark_stored(early.token.id, [95])
+        book.remove_partitions([P0])
+        assert not book.has_early
+        token = book.add(tok(7, 70, 120, 80))  # the store's own progress behind the early one
+        assert book.take_over(early, 7)
+        assert token.pending == RangeProgress(70, 120, 90)
+        assert token.stored == RangeProgress(70, 120, 90, frozenset({95}))
+        assert book.dirty() == [token]
+        book.commit_upto(early.token.id, 100)  # a record handed out under the old id, settled now
+        assert token.pending.committed == 100
+        assert book.get(early.token.id) is token
+        assert book.works()[0].token_id == 7
+
+    def test_only_a_token_of_the_same_partition_and_span_takes_over(self) -> None:
+        book = RangeBook()
+        early = book.park(P0, "g", RangeProgress(70, 120, 70))
+        book.read_early(P0)
+        book.commit_upto(early.token.id, 90)
+        book.remove_partitions([P0])
+        smaller = book.add(tok(7, 70, 100))
+        other = book.add(tok(8, 70, 120, key=P1))
+        assert not book.take_over(early, 7)
+        assert not book.take_over(early, 8)
+        assert not book.take_over(early, 99)
+        assert (smaller.pending.committed, other.pending.committed) == (70, 70), "nothing carried"
+        book.commit_upto(early.token.id, 110)
+        assert (smaller.pending.committed, other.pending.committed) == (70, 70), "no alias either"
+
+    def test_an_alias_ends_with_its_token(self) -> None:
+        book = RangeBook()
+        early = book.park(P0, "g", RangeProgress(70, 120, 70))
+        book.read_early(P0)
+        book.remove_partitions([P0])
+        book.add(tok(7, 70, 120))
+        assert book.take_over(early, 7)
+        book.remove_partitions([P0])
+        later = book.add(tok(7, 70, 120))  # the same id claimed again later: no old alias reaches it
+        book.commit_upto(early.token.id, 100)
+        assert later.pending.committed == 70
+
+    def test_reinstated_early_ranges_keep_id_progress_and_reading(self) -> None:
+        book = RangeBook()
+        early = book.park(P0, "g", RangeProgress(70, 120, 70))
+        book.read_early(P0)
+        book.commit_upto(early.token.id, 90)
+        (removed,) = book.remove_partitions([P0])
+        assert not book.has_early and book.spans(P0) == []
+        book.reinstate([removed])
+        assert book.get(early.token.id) is early and early.pending.committed == 90
+        assert book.has_early and book.spans(P0) == [(early.token.id, OffsetRange(70, 120))]
+
+
 class TestParking:
     def test_parked_ranges_only_keep_the_mirror_alive(self) -> None:
         book = RangeBook()

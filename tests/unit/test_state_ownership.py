@@ -56,6 +56,7 @@ RECORDS: dict[tuple[str, str], str] = {
     ("fastrecover.book.RangeWork", "fetch_next"): "the child's read order: the child's fetch position",
     ("fastrecover.book.RangeWork", "fetched_all"): "the child's read order: the child saw the range's end",
     ("fastrecover.book.RangeWork", "skip"): "the child's read order: offsets it delivered out of order",
+    ("fastrecover.book.RangeWork", "token_id"): "the child's read order: a store token took over an early range",
     ("fastrecover.batches.Segment", "pos"): "a buffered fetch: the child takes records from its front",
     ("fastrecover.store.updates.CommitResult", "tokens"): "a store transaction's result, filled by its statements",
     ("fastrecover.store.updates.CommitResult", "fenced"): "a store transaction's result, filled by its statements",
@@ -67,6 +68,14 @@ RECORDS: dict[tuple[str, str], str] = {
         "fastrecover.recovery_writes.Recovered",
         "to_mirror",
     ): "a recovery's outcome: the writer fills it, the recoverer trims it",
+    (
+        "fastrecover.recovery_writes.Recovered",
+        "renamed",
+    ): "a recovery's outcome: the recoverer names the store tokens that took over early ranges",
+    (
+        "fastrecover.recovery_writes.Recovered",
+        "dropped",
+    ): "a recovery's outcome: the recoverer names the early ranges no store token took over",
 }
 
 

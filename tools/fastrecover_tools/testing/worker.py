@@ -155,8 +155,9 @@ def _inject_child_failure(after: int) -> None:
 def _routes(consumer: Any) -> dict[tuple[str, int], list[tuple[int, int, int, int]]]:
     """(topic, partition) -> [(start, end, token id, epoch)] of the ranges this member holds.
 
-    Parked ranges (negative ids: kept in the commit metadata while the store is down or still opening)
-    are nobody's backfill: the primary's records inside their spans are the primary's.
+    Parked ranges (negative ids: kept in the commit metadata while the store is down or still opening,
+    and read by the child early after a jump) have no store token and no epoch to fence: their records
+    are logged without one, as the primary's are.
     """
     out: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
     for token, _progress in consumer.backfill_progress():
