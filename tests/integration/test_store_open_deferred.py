@@ -46,6 +46,17 @@ def _lag_behind_a_plain_commit(bootstrap: str, topic: str, group: str, store_url
         plain.close()
 
 
+def _read_slowly(consumer: Consumer, count: int) -> list[int]:
+    """An application slower than the open's delay: one record per poll, 10 ms of work each; the offsets read."""
+    offsets: list[int] = []
+    while len(offsets) < count:
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            offsets.append(offset_of(msg))
+            time.sleep(0.01)  # the application's work on the record
+    return offsets
+
+
 def _defaults(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[str, Any]:
     """The library's replay limit (10,000) and mirror, on the tests' other settings."""
     config = parallel_config(bootstrap, group, store_url)
@@ -94,13 +105,7 @@ def test_a_replay_still_delivering_its_lag_keeps_the_store_closed_until_it_caugh
         (report,) = consumer.recoveries
         assert report.primary_start is None, "replayed from the committed offset"
         started = time.monotonic()
-        # an application slower than the replay's delay: one record per poll, 10 ms of work each
-        offsets: list[int] = []
-        while len(offsets) < LOG_END - COMMITTED:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                offsets.append(offset_of(msg))
-                time.sleep(0.01)  # the application's work on the record
+        offsets = _read_slowly(consumer, LOG_END - COMMITTED)
         caught_up = time.monotonic()
         assert offsets == list(range(COMMITTED, LOG_END))
         assert caught_up - started > 2 * mode_state.STORE_OPEN_AFTER_REPLAY_S, "the replay outlasted the delay"
@@ -139,13 +144,7 @@ def test_a_jump_on_the_marker_keeps_the_store_closed_while_the_child_reads_early
             (COMMITTED, LOG_END)
         ]
         started = time.monotonic()
-        # an application slower than the delay: one record per poll, 10 ms of work each
-        offsets: list[int] = []
-        while len(offsets) < LOG_END - COMMITTED:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                offsets.append(offset_of(msg))
-                time.sleep(0.01)  # the application's work on the record
+        offsets = _read_slowly(consumer, LOG_END - COMMITTED)
         caught_up = time.monotonic()
         assert offsets == list(range(COMMITTED, LOG_END)), "the child read the range before the store opened"
         assert caught_up - started > 2 * mode_state.STORE_OPEN_AFTER_REPLAY_S, "the reading outlasted the delay"
