@@ -277,7 +277,7 @@ class RangeBook:
 
     def early_dirty(self, keys: Iterable[TopicPartitionKey] | None = None) -> list[Held]:
         """Early ranges with progress the store cannot take yet (it is not theirs until the store's recovery)."""
-        return [h for h in self._pool(keys) if h.early and h.pending != h.token.progress]
+        return [h for h in self._pool(keys) if h.early and h.dirty]
 
     def _pool(self, keys: Iterable[TopicPartitionKey] | None) -> list[Held]:
         """Held ranges of ``keys`` (all when None), each once even if a key is named twice."""
