@@ -285,7 +285,7 @@ class Recoverer:
         early = {k: self._book.held(k) for k in jumped}
         plans = self._plans({k: g for k, g in inputs.items() if not g.jumped}, stored, cluster, _NO_JUMP)
         plans.update(self._plans(jumped, stored, cluster, self._settings.backfill_min_offsets))
-        self._writer.execute(store, plans, inputs, out)
+        self._writer.execute(store, plans, inputs, out, at_assignment=False)
         failed = any(not r.stored for r in self.reports[before:])
         if failed:
             self.pending.update(inputs)  # the transaction rolled back: tried again after the back-off

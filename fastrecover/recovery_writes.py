@@ -69,6 +69,38 @@ class Recovered:
     dropped: list[int] = field(default_factory=list)
 
 
+def _warn_unwritten(
+    key: TopicPartitionKey, failure: Exception | None, plan: PartitionPlan, at_assignment: bool
+) -> None:
+    """Say what a recovery whose store write rolled back does instead: an operator reads it when the store fails.
+
+    Only a recovery at the assignment moves the primary: the store's part of one made while the store
+    opened leaves the primary where it already reads (past the lag, if it jumped on Kafka's marker).
+    """
+    if not at_assignment:
+        log.warning(
+            "could not write the store's part of the recovery of %s (%s): the primary reads on where it is, "
+            "the ranges stay in Kafka's commit metadata, and the write is tried again (nothing lost)",
+            key,
+            failure,
+        )
+    elif plan.primary_start is not None:
+        log.warning(
+            "could not persist range tokens for %s (%s): it starts at committed offset %s "
+            "instead of the log end (no fast recovery, nothing lost)",
+            key,
+            failure,
+            plan.fallback_start,
+        )
+    else:
+        log.warning(
+            "could not persist the recovery of %s (%s): it starts at its committed offset as planned, and "
+            "the ranges it would have claimed or restored wait for the next recovery (nothing lost)",
+            key,
+            failure,
+        )
+
+
 class RecoveryWriter:
     """Writes what recovery planned, on the caller's thread, and keeps a report of each partition."""
 
@@ -85,8 +117,14 @@ class RecoveryWriter:
         plans: dict[TopicPartitionKey, PartitionPlan],
         inputs: dict[TopicPartitionKey, PartitionInputs],
         out: Recovered,
+        *,
+        at_assignment: bool = True,
     ) -> dict[TopicPartitionKey, int | None]:
-        """Carry the plans out: tokens of every partition in one transaction, then the start offsets."""
+        """Carry the plans out: tokens of every partition in one transaction, then the start offsets.
+
+        ``at_assignment`` false: the store's part of a recovery made while it opened, whose primary
+        already reads where that recovery put it; the start offsets returned then move nothing.
+        """
         persisted: dict[TopicPartitionKey, list[Token]] | None = None
         failure: Exception | None = None
         if store is not None and plans:
@@ -117,13 +155,7 @@ class RecoveryWriter:
                 held = []
                 # the ranges only the mirror knew stay parked in it: the next commit must carry them on
                 self._park_known(key, plan)
-                log.warning(
-                    "could not persist range tokens for %s (%s): it starts at committed offset %s "
-                    "instead of the log end (no fast recovery, nothing lost)",
-                    key,
-                    failure,
-                    plan.fallback_start,
-                )
+                _warn_unwritten(key, failure, plan, at_assignment)
             else:
                 start, degraded = plan.primary_start, False
                 held = [self._book.add(token) for token in persisted[key]]

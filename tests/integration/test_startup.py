@@ -9,6 +9,7 @@ point, so the test decides when it ends.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -335,9 +336,15 @@ def test_a_consumer_closed_before_it_saw_the_opens_error_still_closes(
 
 
 def test_a_store_write_that_fails_after_the_jump_keeps_the_ranges_in_kafkas_marker(
-    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+    bootstrap: str,
+    topic_factory: Any,
+    unique_group: str,
+    store_url: str,
+    store_gate: threading.Event,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The primary is past the lag: until the store has the ranges, every commit must carry them."""
+    caplog.set_level(logging.WARNING, logger="fastrecover.recovery")
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
     config = _jumping_config(bootstrap, unique_group, store_url, **{"fastrecover.store.retry.backoff.ms": 200})
@@ -374,6 +381,10 @@ def test_a_store_write_that_fails_after_the_jump_keeps_the_ranges_in_kafkas_mark
 
         wait_for(marked_fresh, 30, 0.01, "the primary's commit with its marker")
         assert _marker_ranges(bootstrap, unique_group, topic)[1] == [(OWED_FROM, LOG_END)], "the marker holds the lag"
+        # what the operator reads: the primary stays past the lag, it does not fall back to the committed offset
+        said = [r.getMessage() for r in caplog.records if "recovery of" in r.getMessage()]
+        assert said and all("reads on where it is" in m for m in said), said
+        assert not any("instead of the log end" in r.getMessage() for r in caplog.records)
 
         failing.clear()
         consumer.commit(asynchronous=False)  # the store answers again: the early progress is written
