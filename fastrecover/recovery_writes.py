@@ -80,7 +80,7 @@ def _warn_unwritten(
     if not at_assignment:
         log.warning(
             "could not write the store's part of the recovery of %s (%s): the primary reads on where it is, "
-            "the ranges stay in Kafka's commit metadata, and the write is tried again (nothing lost)",
+            "ranges that Kafka's commit metadata names stay there, and the write is tried again (nothing lost)",
             key,
             failure,
         )
