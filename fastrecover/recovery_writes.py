@@ -70,7 +70,7 @@ class Recovered:
 
 
 def _warn_unwritten(
-    key: TopicPartitionKey, failure: Exception | None, plan: PartitionPlan, at_assignment: bool
+    key: TopicPartitionKey, failure: Exception | None, plan: PartitionPlan, degraded: bool, at_assignment: bool
 ) -> None:
     """Say what a recovery whose store write rolled back does instead: an operator reads it when the store fails.
 
@@ -84,7 +84,7 @@ def _warn_unwritten(
             key,
             failure,
         )
-    elif plan.primary_start is not None:
+    elif degraded:
         log.warning(
             "could not persist range tokens for %s (%s): it starts at committed offset %s "
             "instead of the log end (no fast recovery, nothing lost)",
@@ -155,7 +155,7 @@ class RecoveryWriter:
                 held = []
                 # the ranges only the mirror knew stay parked in it: the next commit must carry them on
                 self._park_known(key, plan)
-                _warn_unwritten(key, failure, plan, at_assignment)
+                _warn_unwritten(key, failure, plan, degraded, at_assignment)
             else:
                 start, degraded = plan.primary_start, False
                 held = [self._book.add(token) for token in persisted[key]]
