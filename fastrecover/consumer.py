@@ -189,7 +189,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
                 key = (message.topic(), message.partition())
                 if key in partitions.routes:
                     if asynchronous is True:
-                        fr.router.defer_commit(message)  # the write-behind path: routed in bulk at the next tick
+                        fr.router.defer_commit(key, message.offset())  # type: ignore[arg-type]  # routed at the next tick
                         return None
                 elif not partitions.owns(key):  # nothing of ours on this partition: plain's own commit
                     return _K.commit(self, message=message, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
@@ -220,7 +220,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             if type(message) is Message and message.error() is None:
                 key = (message.topic(), message.partition())
                 if key in partitions.routes:
-                    fr.router.defer_store(message)  # a partition with ranges: routed in bulk at the next tick
+                    fr.router.defer_store(key, message.offset())  # type: ignore[arg-type]  # routed at the next tick
                     return
                 if not partitions.owns(key):
                     _K.store_offsets(self, message=message)  # nothing of ours on this partition

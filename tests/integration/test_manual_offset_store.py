@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Message, TopicPartition
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
@@ -126,3 +127,40 @@ def test_stored_offsets_under_auto_commit_are_never_moved_back_when_a_range_fini
         store.close()
         consumer.close()
     assert kafka_offset() == 2050
+
+
+def test_an_error_event_of_a_partition_with_ranges_is_refused_as_plain_refuses_it(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, tmp_path: Path
+) -> None:
+    """store_offsets() and commit() of an EOF event never route its offset (the log end) as a record.
+
+    Per-message calls of a partition with ranges keep only the record's offset until the next tick,
+    so the event must be refused before that: routed as a record, its offset (here 2050, the next
+    record to be produced) would be committed and that record never consumed by the group.
+    """
+    topic = topic_factory(partitions=1)
+    lag_after_crash(
+        bootstrap, topic, unique_group, store_url, tmp_path, produced=50, commit_at=20, block_at=50, log_end=2000
+    )
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"enable.auto.offset.store": False}))
+    try:
+        got = _read_backfill_and_live(consumer, bootstrap, topic)
+        fr = mode_of(consumer)
+        assert fr is not None and TopicPartitionKey(topic, 0) in fr.partitions.routes, "the range must still be open"
+        eof = Message(topic=topic, partition=0, offset=2050, error=KafkaError(KafkaError._PARTITION_EOF))
+        calls = {
+            "store_offsets": lambda: consumer.store_offsets(message=eof),
+            "commit async": lambda: consumer.commit(message=eof),
+            "commit sync": lambda: consumer.commit(message=eof, asynchronous=False),
+        }
+        for name, call in calls.items():
+            with pytest.raises(KafkaException) as raised:
+                call()
+            assert raised.value.args[0].code() == KafkaError._INVALID_ARG, name
+        live = max(got, key=offset_of)
+        consumer.store_offsets(message=live)  # the last live record, 2049: Kafka's offset may reach 2050 only
+        consumer.consume(1, 0.2)  # a tick routes what was deferred
+        consumer.commit(asynchronous=False)
+        assert group_offsets(bootstrap, unique_group, topic)[0].offset == 2050
+    finally:
+        consumer.close()

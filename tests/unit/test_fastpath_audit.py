@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from fastrecover.batches import batch_offsets, cut_batch, partition_runs, runs
 from fastrecover.book import RangeBook
-from fastrecover.commits import route_messages
+from fastrecover.commits import Deferred, route_deferred
 from fastrecover.completion_map import decode_completed, encode_completed
 from fastrecover.errors import CodecError
 from fastrecover.primary import PrimaryOffsets, last_offsets
@@ -399,7 +399,7 @@ class TestPrimaryOffsets:
         assert po.take_dirty() == {("a", 0): 57}
 
 
-# ---- per-message commit/store routing (commits.route_messages) ---------------------------------
+# ---- per-message commit/store routing (commits.route_deferred) ---------------------------------
 
 
 def tok(token_id: int, key: TopicPartitionKey, start: int, end: int) -> Token:
@@ -407,10 +407,9 @@ def tok(token_id: int, key: TopicPartitionKey, start: int, end: int) -> Token:
 
 
 @st.composite
-def routed_setup(draw: st.DrawFn, with_events: bool) -> tuple[RangeBook, str | None, list[Message], list[Any]]:
-    """A book with ranges on a/0 (and b/0 when two topics are assigned) and a deferred commit list."""
+def routed_setup(draw: st.DrawFn) -> tuple[RangeBook, list[tuple[str, int, int]]]:
+    """A book with ranges on a/0 (and b/0 when two topics are assigned) and the records deferred, in call order."""
     two_topics = draw(st.booleans())
-    single = None if two_topics else "a"
     book = RangeBook()
     book.add(tok(1, TopicPartitionKey("a", 0), 10, 20))
     book.add(tok(2, TopicPartitionKey("a", 0), 30, 40))
@@ -419,20 +418,18 @@ def routed_setup(draw: st.DrawFn, with_events: bool) -> tuple[RangeBook, str | N
     book.add(tok(4, TopicPartitionKey("a", 1), 5, 15))
     routes = book.routes()
     topics = ["a", "b"] if two_topics else ["a"]
-    rec = st.tuples(st.just("rec"), st.sampled_from(topics), st.integers(0, 1), st.integers(0, 60))
-    # what a commit(message=...) may be handed: records (any order, twice) and, by mistake, an EOF event
-    eof = st.tuples(st.just("eof"), st.sampled_from(topics), st.integers(0, 1), st.integers(40, 70))
-    specs = draw(st.lists(st.one_of(rec, eof) if with_events else rec, max_size=20))
-    specs = [s for s in specs if (s[1], s[2]) in routes]  # only these are deferred (consumer.commit)
-    return book, single, [_msg(s) for s in specs], specs
+    # what a commit(message=...) or store_offsets(message=...) may be handed: records in any order, twice
+    rec = st.tuples(st.sampled_from(topics), st.integers(0, 1), st.integers(0, 60))
+    calls = draw(st.lists(rec, max_size=20))
+    return book, [c for c in calls if (c[0], c[1]) in routes]  # only these are deferred (consumer.py)
 
 
-def reference_routing(book: RangeBook, specs: list[Any]) -> tuple[dict[int, list[int]], dict[Any, int]]:
+def reference_routing(
+    book: RangeBook, calls: list[tuple[str, int, int]]
+) -> tuple[dict[int, list[int]], dict[Any, int]]:
     by_range: dict[int, list[int]] = {}
     primary: dict[Any, int] = {}
-    for kind, topic, partition, offset in specs:
-        if kind != "rec":
-            continue  # an event is no record: plain confluent_kafka refuses to commit/store it
+    for topic, partition, offset in calls:
         key = TopicPartitionKey(topic, partition)
         rid = route_record(offset, book.spans(key))
         if rid is None:
@@ -442,36 +439,29 @@ def reference_routing(book: RangeBook, specs: list[Any]) -> tuple[dict[int, list
     return {k: sorted(v) for k, v in by_range.items()}, primary
 
 
-def route(book: RangeBook, single: str | None, msgs: list[Message]) -> tuple[dict[int, list[int]], dict[Any, int]]:
-    by_range, primary = route_messages(book, msgs)
-    return {k: sorted(v) for k, v in by_range.items()}, primary
+def deferred_of(calls: list[tuple[str, int, int]]) -> Deferred:
+    """What CommitRouter.defer_commit / defer_store keep of these calls: offsets per partition."""
+    deferred: Deferred = {}
+    for topic, partition, offset in calls:
+        deferred.setdefault((topic, partition), []).append(offset)
+    return deferred
 
 
-class TestRouteMessages:
+class TestRouteDeferred:
     @AUDIT
-    @given(routed_setup(with_events=False))
+    @given(routed_setup())
     def test_records_are_routed_like_route_record(self, setup: Any) -> None:
-        book, single, msgs, specs = setup
-        assert route(book, single, msgs) == reference_routing(book, specs)
+        book, calls = setup
+        by_range, primary = route_deferred(book, deferred_of(calls))
+        assert ({k: sorted(v) for k, v in by_range.items()}, primary) == reference_routing(book, calls)
 
-    @AUDIT
-    @given(routed_setup(with_events=True))
-    def test_an_error_event_is_never_committed_as_a_record(self, setup: Any) -> None:
-        """commit(message=eof_event) of a partition with ranges is deferred and routed here.
-
-        Plain confluent_kafka raises ``_INVALID_ARG`` ("Cannot commit offsets for message
-        with error"); routing the event's offset (the log end) as a record commits
-        log end + 1 to Kafka: the next record produced is never consumed by the group.
-        """
-        book, single, msgs, specs = setup
-        assert route(book, single, msgs) == reference_routing(book, specs)
-
-    def test_eof_event_minimal(self) -> None:
+    def test_the_primary_is_given_the_highest_record_of_a_partition_not_the_last_call(self) -> None:
         book = RangeBook()
         book.add(tok(1, TopicPartitionKey("a", 0), 10, 20))
-        eof = _msg(("eof", "a", 0, 100))  # partition a/0 holds 0..99; 100 is the next record produced
-        _by_range, primary = route(book, "a", [eof])
-        assert primary == {}, f"Kafka would be committed to {primary}: offset 100 is skipped"
+        by_range, primary = route_deferred(book, {("a", 0): [25, 12, 21, 15]})
+        assert by_range == {1: [12, 15]}
+        assert primary == {TopicPartitionKey("a", 0): 26}
+        assert all(type(k) is TopicPartitionKey for k in primary), "the primary's commit reads key.topic"
 
 
 # ---- the book: pending/stored views against sets -----------------------------------------------------

@@ -145,6 +145,12 @@ def test_tables_sort_lags_skip_metadata_and_show_ratios() -> None:
     restart = restart_table(result["restart"])
     assert "| auto: auto-commit | 100,000 | 4.00 (n=1) | 2.00 (n=1) | 1,000 (n=1) | 2,000 (n=1) |" in restart
     assert "| 2.00 (2.00-2.00) |" in restart  # paired ratio, no flag: the repeats agree
+    assert restart.splitlines()[2].endswith("| n/a | n/a | n/a |")  # a result kept from before the CPU columns
+    auto["100000"]["plain"]["cpu_us_per_record"] = _stats(0.6, 0.62)
+    auto["100000"]["fastrecover"]["cpu_us_per_record"] = _stats(0.7)
+    auto["100000"]["ratio_cpu_us_per_record"] = _stats(1.18, 1.2, 1.22)
+    cpu_row = restart_table(result["restart"]).splitlines()[3]
+    assert cpu_row.endswith("| 0.61 (0.60-0.62) | 0.70 (n=1) | 1.20 (1.18-1.22) |"), cpu_row
     steady = steady_table(result["steady"])
     assert "poll, auto: auto-commit" in steady and "0.910 (n=1)" in steady
     store = store_table(result["store"])

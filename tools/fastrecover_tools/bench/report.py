@@ -213,6 +213,9 @@ def restart_table(restart: Mapping[str, Any]) -> str:
                     _stat(plain, "records_per_s").cell(0, thousands=True),
                     _stat(fast, "records_per_s").cell(0, thousands=True),
                     _stat(per, "ratio_records_per_s").cell(2),
+                    _stat(plain, "cpu_us_per_record").cell(2),
+                    _stat(fast, "cpu_us_per_record").cell(2),
+                    _stat(per, "ratio_cpu_us_per_record").cell(2),
                 ]
             )
     return markdown_table(
@@ -224,9 +227,12 @@ def restart_table(restart: Mapping[str, Any]) -> str:
             "plain: records/s",
             "fastrecover: records/s",
             "fastrecover / plain (paired)",
+            "plain: app thread µs/record",
+            "fastrecover: app thread µs/record",
+            "fastrecover / plain CPU (paired)",
         ],
         rows,
-        align="lrrrrrr",
+        align="lrrrrrrrrr",
     )
 
 
@@ -823,7 +829,8 @@ def format_report(result: Mapping[str, Any]) -> str:
     if restart.get("patterns"):
         parts.append(
             "#### Restart → drained, per commit pattern (lag behind the last commit, then live records)\n\n"
-            + restart_table(restart)
+            "records/s and the application thread's CPU per record are counted from just before `subscribe()` "
+            "to the last record delivered (the thread that calls `consume()` and commits).\n\n" + restart_table(restart)
         )
         if (restart.get("patterns") or {}).get("auto"):
             parts.append("#### Time to fresh data after a restart (auto-commit)\n\n" + ttf_table(restart))

@@ -314,6 +314,7 @@ RESTART_METRICS = (
     "lag_drained_s",
     "drain_s",
     "records_per_s",
+    "cpu_us_per_record",
     "peak_rss_mib",
     "growth_mib",
 )
@@ -328,6 +329,9 @@ def summarize_pair(plain: Sequence[Mapping[str, Any]], fast: Sequence[Mapping[st
             [r.get("records_per_s") for r in fast], [r.get("records_per_s") for r in plain]
         ).to_dict(),
         "ratio_drain_s": paired_ratios([r.get("drain_s") for r in fast], [r.get("drain_s") for r in plain]).to_dict(),
+        "ratio_cpu_us_per_record": paired_ratios(
+            [r.get("cpu_us_per_record") for r in fast], [r.get("cpu_us_per_record") for r in plain]
+        ).to_dict(),
         "errors": {
             mode: [r["error"] for r in runs if "error" in r] for mode, runs in zip(MODES, (plain, fast), strict=True)
         },

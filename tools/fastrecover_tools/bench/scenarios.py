@@ -216,6 +216,7 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             raise RuntimeError(f"bench worker reported no {', '.join(missing)} event(s)")
         t = {name: float(e["t"]) for name, e in ev.items() if e is not None}
         t["drained"] = float(drained["t"])
+        cpu_end, cpu_start = drained.get("cpu"), (ev["subscribed"] or {}).get("cpu")
         return {
             "lag": lag,
             "live": live_total,
@@ -231,6 +232,13 @@ def restart_run(spec: RestartSpec, log_file: TextIO) -> dict[str, Any]:
             "drain_s": t["drained"] - restart,
             # From just before subscribe(): group join and fastrecover's recovery count for both consumers.
             "records_per_s": (lag + live_total) / max(1e-9, t["drained"] - t["subscribed"]),
+            # the application's thread, over the same span: what a consumer costs the thread that also
+            # processes the records (a drain without work is paced by the network as much as by it)
+            "cpu_us_per_record": (
+                (float(cpu_end) - float(cpu_start)) * 1e6 / max(1, lag + live_total)
+                if cpu_end is not None and cpu_start is not None
+                else None
+            ),
             "base_rss_mib": stats.get("base_rss_mib"),
             "peak_rss_mib": stats.get("peak_rss_mib"),
             "growth_mib": (stats["peak_rss_mib"] - stats["base_rss_mib"]) if "peak_rss_mib" in stats else None,

@@ -12,7 +12,8 @@ on stdout, with wall-clock ``t``:
 * ``started``: the consumer object exists (fastrecover: its store opens on a thread, deferred until
   the first recovery when no recovery waits for it);
 * ``subscribed``: just before ``subscribe()``: the drain rate is measured from
-  here, so group join and fastrecover's recovery count for both consumers;
+  here, so group join and fastrecover's recovery count for both consumers; ``cpu`` is the CPU time
+  this (the application's) thread has used so far, as in ``drained``;
 * ``joined``: the group handed out partitions (fastrecover: before its recovery
   runs, when the consumer still has the private hook ``_recover`` this wraps;
   otherwise, and for plain, the same moment as ``assigned``);
@@ -276,7 +277,7 @@ def run(argv: list[str] | None = None) -> int:
     on_message, on_batch = hooks(consumer, args.pattern)
     # with --assign-in-callback the profile covers the assign() in on_assign only (_assign_timed)
     profiler = None if args.assign_in_callback else profiling.start()
-    _emit("subscribed")
+    _emit("subscribed", cpu=time.thread_time())
     consumer.subscribe([args.topic], on_assign=on_assign)
     lag_seen = live_seen = 0
     fresh = lag_done = drained = False
@@ -318,7 +319,7 @@ def run(argv: list[str] | None = None) -> int:
             _emit("lag_drained", lag=lag_seen, live=live_seen)
         if lag_done and not drained and live_expected and live_seen >= live_expected[-1]:
             drained = True
-            _emit("drained", lag=lag_seen, live=live_seen)
+            _emit("drained", lag=lag_seen, live=live_seen, cpu=time.thread_time())
             profiling.save(profiler, f"restart-{args.mode}-{args.pattern}-w{args.work_us}")
             _emit_stats(sampler, base_rss, lag_seen, live_seen, len(assignments), counter)
     if not drained:
