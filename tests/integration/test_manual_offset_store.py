@@ -6,6 +6,7 @@ record to a list that nothing reads in that mode (a leak of every message).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,7 @@ def test_an_error_event_of_a_partition_with_ranges_is_refused_as_plain_refuses_i
         fr = mode_of(consumer)
         assert fr is not None and TopicPartitionKey(topic, 0) in fr.partitions.routes, "the range must still be open"
         eof = Message(topic=topic, partition=0, offset=2050, error=KafkaError(KafkaError._PARTITION_EOF))
-        calls = {
+        calls: dict[str, Callable[[], object]] = {
             "store_offsets": lambda: consumer.store_offsets(message=eof),
             "commit async": lambda: consumer.commit(message=eof),
             "commit sync": lambda: consumer.commit(message=eof, asynchronous=False),
