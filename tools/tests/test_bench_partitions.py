@@ -13,12 +13,14 @@ from fastrecover.store import open_store, upgrade
 from fastrecover_tools.bench import command
 from fastrecover_tools.bench.partitions import (
     ARMS,
+    PartitionSpec,
     arm_mode,
     arm_order,
     figures,
     lag_starts,
     offsets_text,
     store_rows,
+    worker_args,
 )
 from fastrecover_tools.bench.report import (
     Stat,
@@ -130,6 +132,23 @@ def test_figures_drop_recovery_statements_counted_from_the_middle() -> None:
     assert plain["recovery_statements"] is None and plain["recovery_commits"] is None
     empty = figures([], spawned=100.0)
     assert empty["spawn_to_fresh_s"] is None and empty["statements"] is None
+
+
+def test_only_the_arm_that_opens_its_store_first_counts_statements() -> None:
+    # the counter's thread imports SQLAlchemy holding the GIL: in an arm timed from the spawn it slowed the
+    # consumer's start-up, join and recovery, which no other arm paid
+    def args(arm: str) -> list[str]:
+        mode, store_open_first = arm_mode(arm)
+        spec = PartitionSpec("b:9092", "t", 2, mode, "sqlite:///s.db", store_open_first=store_open_first, name=arm)
+        return worker_args(spec, "g", {0: 5, 1: 7}, {0: 205, 1: 207}, "member-1")
+
+    counted = {arm: "--count-statements" in args(arm) for arm in ARMS}
+    assert counted == {"plain": False, "fastrecover": False, "fastrecover-store-open": True}
+    store_open = args("fastrecover-store-open")
+    assert "--store-open-first" in store_open and "--store-open-first" not in args("fastrecover")
+    assert store_open[store_open.index("--lag-start") + 1] == "0:5,1:7"
+    assert store_open[store_open.index("--lag-end") + 1] == "0:205,1:207"
+    assert "--set=group.instance.id=member-1" in store_open
 
 
 def test_statement_kinds_deltas_and_writes() -> None:

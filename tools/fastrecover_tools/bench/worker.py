@@ -236,7 +236,7 @@ def run(argv: list[str] | None = None) -> int:
     base_rss = rss_mib()
     _emit("started", pid=os.getpid(), mode=args.mode, rss_mib=round(base_rss, 1))
     if args.store_open_first and args.mode == "fastrecover":
-        _wait_store_open(consumer)
+        _wait_store_open(consumer, counter)
     sampler = _Sampler(args.rss_interval, consumer)
     sampler.start()
 
@@ -333,17 +333,28 @@ def run(argv: list[str] | None = None) -> int:
 STORE_OPEN_TIMEOUT_S = 60.0
 
 
-def _wait_store_open(consumer: Any) -> None:
+def _wait_store_open(consumer: Any, counter: StatementCounter | None) -> None:
     """Wait until the consumer's background store open has ended (a private probe, bench only).
 
     A recovery that meets a store still opening replays lags up to
     ``fastrecover.recovery.replay.max.offsets`` instead of opening ranges; waiting here
     makes every recovery of the run open its ranges, so their cost is what is measured.
+    The open is asked for at once, once ``counter`` listens (so that it counts the open's
+    statements too): deferred, it would begin only after
+    ``fastrecover.mode_state.STORE_OPEN_DEFER_S``, idle time that every figure of the
+    run timed from the spawn would carry.
     """
+    deadline = time.monotonic() + STORE_OPEN_TIMEOUT_S
+    while counter is not None and counter.installed_at is None and counter.error is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the statement counter did not start within {STORE_OPEN_TIMEOUT_S:g} s")
+        time.sleep(0.005)
     # the mode is built at the first call that needs it (fastrecover/startup.py): build it to reach its store
     mode = getattr(consumer, "_fr", None) or consumer._build_mode()
     link = getattr(mode, "link", None)
-    deadline = time.monotonic() + STORE_OPEN_TIMEOUT_S
+    open_soon = getattr(link, "open_soon", None)
+    if callable(open_soon):
+        open_soon()
     while link is not None and getattr(link, "opening", False):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the store did not open within {STORE_OPEN_TIMEOUT_S:g} s")
