@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastrecover import steady
-from fastrecover.steady import IDLE_SLICE_S, JOIN_SLICE_S, POSITIONS_PER_TICK, SteadyGate, positions_period
+from fastrecover.steady import (
+    IDLE_LONG_AFTER_S,
+    IDLE_LONG_SLICE_S,
+    IDLE_SLICE_S,
+    JOIN_SLICE_S,
+    POSITIONS_PER_TICK,
+    SteadyGate,
+    positions_period,
+)
 
 
 def test_the_slices_stay_short_after_an_assignment_until_the_first_record() -> None:
@@ -43,6 +51,39 @@ def test_records_while_an_assignment_is_expected_keep_the_short_slices() -> None
     gate.expect_assignment()
     gate.count(7)
     assert gate.wait_slice(time.monotonic()) == JOIN_SLICE_S
+
+
+def test_a_steady_consumer_idle_for_a_while_waits_in_long_slices_until_anything_comes() -> None:
+    gate = SteadyGate()
+    start = gate.idle_since
+    assert gate.wait_slice(start + IDLE_LONG_AFTER_S / 2) == IDLE_SLICE_S
+    idle = start + IDLE_LONG_AFTER_S
+    assert gate.wait_slice(idle) == IDLE_LONG_SLICE_S
+    # a record, also one the C path returned (it only adds to primary_messages), ends the long slices
+    gate.primary_messages += 1
+    assert gate.wait_slice(idle + 0.01) == IDLE_SLICE_S
+    assert gate.wait_slice(idle + 0.01 + IDLE_LONG_AFTER_S) == IDLE_LONG_SLICE_S
+    gate.count(2)
+    assert gate.wait_slice(idle + 0.02 + IDLE_LONG_AFTER_S) == IDLE_SLICE_S
+
+
+def test_long_slices_only_in_the_steady_state_and_never_while_an_assignment_is_expected() -> None:
+    gate = SteadyGate()
+    gate.set_steady(False)  # a backfill, a deferred commit or a held EOF: the tick must come every slice
+    assert gate.wait_slice(time.monotonic() + 10 * IDLE_LONG_AFTER_S) == IDLE_SLICE_S
+    gate.set_steady(True)
+    later = time.monotonic() + 10 * IDLE_LONG_AFTER_S
+    assert gate.wait_slice(later) == IDLE_LONG_SLICE_S
+    gate.expect_assignment()  # a revoke came inside a long slice: the next ones are short again
+    assert gate.wait_slice(time.monotonic()) == JOIN_SLICE_S
+    gate.assignment_made()
+    assert gate.wait_slice(time.monotonic()) == JOIN_SLICE_S
+    # once the assignment's short slices end, its silence counts from there
+    after_first_wait = gate.joining_until + 0.01
+    assert gate.wait_slice(after_first_wait) == IDLE_SLICE_S
+    assert gate.wait_slice(after_first_wait + IDLE_LONG_AFTER_S) == IDLE_LONG_SLICE_S
+    gate.leave()  # a backfill starts
+    assert gate.wait_slice(time.monotonic() + 10 * IDLE_LONG_AFTER_S) == IDLE_SLICE_S
 
 
 @given(partitions=st.integers(0, 200_000), interval_s=st.floats(0.001, 3_600.0))
