@@ -42,7 +42,7 @@ FAST_CALLS = 64
 #: the backlog of a recovery then starts at most this long after it
 JOIN_SLICE_S = 0.01
 #: the slice of a steady consumer that has returned nothing for IDLE_LONG_AFTER_S: confluent_kafka's own
-#: wait wakes this often (to look for signals), so a long-idle consumer wakes as often as a plain one, and
+#: poll() wakes this often (to look for signals), so a long-idle consumer wakes as often as a plain one, and
 #: a batch consume() of the first records after the silence returns when plain's would.  At IDLE_SLICE_S
 #: an idle consumer's caller spent 11 (poll) to 40 (consume) times plain's CPU waking up, 3 to 4 times
 #: what it spends now (fastrecover_tools.bench.idle).  The price: a recovery that comes inside such a
