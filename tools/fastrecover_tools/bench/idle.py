@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fastrecover_tools.bench.report import Stat, markdown_table, paired_ratios
+from fastrecover_tools.bench.steady_instructions import rotated
 from fastrecover_tools.quickstart import QUICKSTART
 
 MODES = ("plain", "fastrecover")
@@ -32,26 +33,20 @@ CALL_TIMEOUT_S = 1.0
 ASSIGN_TIMEOUT_S = 60.0
 
 
-def rotated(items: Sequence[str], by: int) -> tuple[str, ...]:
-    """``items`` started at ``by`` (mod its length): each runs first as often as the others."""
-    shift = by % len(items)
-    return tuple(items[shift:]) + tuple(items[:shift])
-
-
-def summary(values: Sequence[float]) -> dict[str, Any]:
-    """Median, min, max and the repeats' spread ((max - min) / median) of a cell."""
-    median = statistics.median(values)
-    spread = (max(values) - min(values)) / median if median else None
-    return {"median": median, "min": min(values), "max": max(values), "spread": spread, "values": list(values)}
-
-
-def paired_ratios(runs: Sequence[dict[str, Any]], api: str) -> list[float]:
-    """fastrecover / plain CPU per second of each repeat, for ``api``."""
-    by_repeat: dict[int, dict[str, float]] = {}
-    for run in runs:
-        if run["api"] == api:
-            by_repeat.setdefault(run["repeat"], {})[run["mode"]] = run["cpu_ms_per_s"]
-    return [p["fastrecover"] / p["plain"] for p in by_repeat.values() if len(p) == 2 and p["plain"] > 0]
+def cells_of(runs: Sequence[dict[str, Any]], apis: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per call, each mode's CPU per second over the repeats and fastrecover / plain paired by repeat."""
+    cells: dict[str, dict[str, Any]] = {}
+    for api in apis:
+        by_repeat: dict[int, dict[str, float]] = {}
+        for run in runs:
+            if run["api"] == api:
+                by_repeat.setdefault(run["repeat"], {})[run["mode"]] = run["cpu_ms_per_s"]
+        pairs = [by_repeat[rep] for rep in sorted(by_repeat)]
+        cells[api] = {mode: Stat.of(p.get(mode) for p in pairs).to_dict() for mode in MODES}
+        cells[api]["ratio"] = paired_ratios(
+            [p.get("fastrecover") for p in pairs], [p.get("plain") for p in pairs]
+        ).to_dict()
+    return cells
 
 
 def _consumer(mode: str, bootstrap: str, group: str, store_dir: Path) -> Any:
@@ -128,38 +123,24 @@ def run(bootstrap: str, repeats: int, settle_s: float, window_s: float, apis: Se
                         )
     finally:
         delete_topic(bootstrap, topic)
-    cells: dict[str, Any] = {}
-    for api in apis:
-        cells[api] = {
-            mode: summary([r["cpu_ms_per_s"] for r in runs if r["api"] == api and r["mode"] == mode]) for mode in MODES
-        }
-        cells[api]["ratio"] = summary(paired_ratios(runs, api)) if paired_ratios(runs, api) else None
     return {
         "command": " ".join(["python -m fastrecover_tools.bench.idle", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
         "machine": machine_info(bootstrap, None),
         "settings": {"settle_s": settle_s, "window_s": window_s, "call_timeout_s": CALL_TIMEOUT_S, **QUICKSTART},
-        "cells": cells,
+        "cells": cells_of(runs, apis),
         "runs": runs,
     }
 
 
 def table(result: dict[str, Any]) -> str:
     """The result as a Markdown table: ms of the caller thread's CPU per second idle, medians (min-max)."""
-
-    def cell(s: dict[str, Any] | None, digits: int) -> str:
-        return "n/a" if not s else f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
-
-    rows = [
-        "| call | plain (ms/s) | fastrecover (ms/s) | fastrecover / plain (paired) |",
-        "| --- | ---: | ---: | ---: |",
-    ]
+    rows = []
     for api, per in result["cells"].items():
         spelled = f"`poll({CALL_TIMEOUT_S:g})`" if api == "poll" else f"`consume(500, {CALL_TIMEOUT_S:g})`"
-        rows.append(
-            f"| {spelled} | {cell(per['plain'], 2)} | {cell(per['fastrecover'], 2)} | {cell(per['ratio'], 1)} |"
-        )
-    return "\n".join(rows)
+        plain, fast, ratio = (Stat.from_dict(per[k]) for k in ("plain", "fastrecover", "ratio"))
+        rows.append([spelled, plain.cell(2), fast.cell(2), ratio.cell(1)])
+    return markdown_table(["call", "plain (ms/s)", "fastrecover (ms/s)", "fastrecover / plain (paired)"], rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -344,21 +344,19 @@ def _wait_store_open(consumer: Any, counter: StatementCounter | None) -> None:
     ``fastrecover.mode_state.STORE_OPEN_DEFER_S``, idle time that every figure of the
     run timed from the spawn would carry.
     """
-    deadline = time.monotonic() + STORE_OPEN_TIMEOUT_S
-    while counter is not None and counter.installed_at is None and counter.error is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the statement counter did not start within {STORE_OPEN_TIMEOUT_S:g} s")
-        time.sleep(0.005)
+    from fastrecover_tools.testing.waiting import Deadline, wait_for  # this arm alone: nothing timed yet
+
+    deadline = Deadline(STORE_OPEN_TIMEOUT_S)
+    if counter is not None:
+        wait_for(lambda: counter.installed_at or counter.error, deadline.remaining(), 0.005, "the statement counter")
     # the mode is built at the first call that needs it (fastrecover/startup.py): build it to reach its store
     mode = getattr(consumer, "_fr", None) or consumer._build_mode()
     link = getattr(mode, "link", None)
     open_soon = getattr(link, "open_soon", None)
     if callable(open_soon):
         open_soon()
-    while link is not None and getattr(link, "opening", False):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the store did not open within {STORE_OPEN_TIMEOUT_S:g} s")
-        time.sleep(0.005)
+    if link is not None:
+        wait_for(lambda: not getattr(link, "opening", False), deadline.remaining(), 0.005, "the store to open")
     _emit("store_open", probed=link is not None)
 
 
