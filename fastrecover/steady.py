@@ -127,9 +127,7 @@ class SteadyGate(StateBase):  # type: ignore[misc,valid-type]
 
     def leave(self) -> None:
         """A backfill starts: the next call takes the full path."""
-        self.steady = False
-        self.fast_calls = 0
-        self.idle_since = time.monotonic()
+        self.set_steady(False)
 
     # ---- joins ---------------------------------------------------------------------------------
 
