@@ -11,7 +11,8 @@ ranges, Kafka's committed offset moves *back* to the lowest unfinished offset
 (the lowest committed offset of the open ranges, or Kafka's own when that is
 lower), then those open tokens are deleted.  Ranges that only the
 commit-metadata mirror still names (the store lost them: wiped, restored from an
-old backup, or the wrong URL) count too, from their start: the mirror is
+old backup, or the wrong URL; or it has them only under a lineage the committed
+offset does not vouch for) count too, from their start: the mirror is
 untrusted, so it may only move an offset back, which costs duplicates at worst.  Done tokens stay: they record
 finished work.  A plain consumer then re-reads from there: duplicates (records
 the primary or the child had already finished above that offset), never loss.
@@ -37,7 +38,7 @@ from fastrecover.codec import cluster_label, read_marker
 from fastrecover.errors import BrokerUnavailableError as BrokerUnavailableError  # re-exported: it was defined here
 from fastrecover.errors import CodecError, ConfigError, FastRecoverError, StateError
 from fastrecover.ranges import OffsetRange, subtract
-from fastrecover.recovery import this_cluster
+from fastrecover.recovery import this_cluster, trust_of
 from fastrecover.tables import format_table, printable
 from fastrecover.tokens import Token, TopicPartitionKey
 
@@ -102,29 +103,36 @@ def mirror_only_spans(
     known: Sequence[Token],
     group: str,
     key: bytes | None,
+    offsets: Mapping[tuple[str, int], int | None],
+    cluster: str,
 ) -> dict[tuple[str, int], list[OffsetRange]]:
-    """Pure: spans the committed metadata mirrors as unfinished that no store token (open or done) covers.
+    """Pure: spans the committed metadata mirrors as unfinished that no store token it vouches for covers.
 
-    Unreadable or foreign metadata names nothing (logged): the store stays the authority.
+    Only a token the committed offset vouches for (``recovery.trust_of``: the marker's lineage,
+    committed with that very offset) may excuse a mirrored span, as in a recovery: a done token
+    of another lineage (a store restored from a backup older than a re-created topic, an offset
+    reset) describes offsets that may no longer hold the same records.  Unreadable or foreign
+    metadata names nothing (logged): the store stays the authority.
     """
-    spans_by_partition: dict[tuple[str, int], list[OffsetRange]] = {}
+    tokens_by_partition: dict[tuple[str, int], list[Token]] = {}
     for token in known:
-        if token.is_superseded:
-            continue  # retired: its facts no longer hold, it covers nothing
-        spans_by_partition.setdefault((token.topic, token.partition), []).append(token.span)
+        if not token.is_superseded:  # a retired token's facts no longer hold: it covers nothing
+            tokens_by_partition.setdefault((token.topic, token.partition), []).append(token)
     out: dict[tuple[str, int], list[OffsetRange]] = {}
     for (topic, partition), text in sorted(metadata.items()):
         if not text:
             continue
         try:
             marker = read_marker(text, key=key, context=mirror_context(group, TopicPartitionKey(topic, partition)))
-            mirrored = list(marker.ranges) if marker is not None else []
         except CodecError as exc:
             log.warning("ignoring the unreadable commit-metadata mirror of %s[%d]: %s", topic, partition, exc)
             continue
-        known_here = spans_by_partition.get((topic, partition), [])
+        if marker is None:
+            continue
+        trust = trust_of(offsets.get((topic, partition)), marker, cluster)
+        vouched = [t.span for t in tokens_by_partition.get((topic, partition), []) if trust.vouches(t)]
         lost = [
-            piece for entry in mirrored if not entry.done for piece in subtract(entry.span, known_here) if len(piece)
+            piece for entry in marker.ranges if not entry.done for piece in subtract(entry.span, vouched) if len(piece)
         ]
         if lost:
             out[(topic, partition)] = sorted(lost, key=lambda r: r.start)
@@ -257,7 +265,7 @@ def roll_back(
     cluster = cluster_label(cluster_id(admin, bootstrap, timeout_s))
     known = this_cluster(store.ranges(group), cluster)  # a corrupt open token must stop the rollback, not vanish
     offsets, metadata = kafka_offsets(admin, group, bootstrap, timeout_s)
-    plans = plan_rollback(known, offsets, mirror_only_spans(metadata, known, group, mirror_key))
+    plans = plan_rollback(known, offsets, mirror_only_spans(metadata, known, group, mirror_key, offsets, cluster))
     if not plans or dry_run:
         return plans, {}, 0
     # the group must still be empty right before the move; Kafka refuses it otherwise anyway

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastrecover.book import mirror_context
-from fastrecover.codec import encode_mirror
+from fastrecover.codec import encode_mirror, mark, new_lineage
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.rollback import mirror_only_spans, plan_rollback
 from fastrecover.tokens import Token, TokenState, TopicPartitionKey
@@ -63,7 +63,7 @@ def _mirror(group: str, partition: int, *ranges: RangeProgress, key: bytes | Non
 def test_a_range_only_the_mirror_names_is_unfinished_from_its_start() -> None:
     # the store lost [10, 300); the mirror claims it is committed to 250: untrusted, so 10 counts
     metadata = {("t", 0): _mirror("g", 0, RangeProgress(10, 300, 250)), ("t", 1): None}
-    lost = mirror_only_spans(metadata, [], "g", None)
+    lost = mirror_only_spans(metadata, [], "g", None, {("t", 0): 600}, "c1")
     assert lost == {("t", 0): [OffsetRange(10, 300)]}
     (plan,) = plan_rollback([], {("t", 0): 600}, lost)
     assert plan.target == 10 and plan.token_ids == () and plan.mirrored == (OffsetRange(10, 300),)
@@ -72,13 +72,30 @@ def test_a_range_only_the_mirror_names_is_unfinished_from_its_start() -> None:
 def test_spans_the_store_knows_are_not_taken_from_the_mirror() -> None:
     done = _token(1, 0, 10, 200, 200, done=True)
     metadata = {("t", 0): _mirror("g", 0, RangeProgress(10, 300, 10))}
-    assert mirror_only_spans(metadata, [done], "g", None) == {("t", 0): [OffsetRange(200, 300)]}
+    assert mirror_only_spans(metadata, [done], "g", None, {("t", 0): 300}, "c1") == {("t", 0): [OffsetRange(200, 300)]}
+
+
+def test_a_done_range_the_offset_does_not_vouch_for_excuses_no_mirrored_span() -> None:
+    """A store restored from a backup older than a re-created topic: its done range is another log's fact."""
+    old, new = new_lineage("c1", b"old-lin1"), new_lineage("c1", b"new-lin2")
+    stale = Token(1, "g", "t", 0, RangeProgress(100, 1100, 1100), state=TokenState.DONE, lineage=old)
+    context = mirror_context("g", TopicPartitionKey("t", 0))
+    mirror = encode_mirror([RangeProgress(500, 1100, 500)], context=context)
+    assert mirror is not None
+    metadata = {("t", 0): mark(mirror, new, 1101, context=context)}
+    lost = mirror_only_spans(metadata, [stale], "g", None, {("t", 0): 1101}, "c1")
+    assert lost == {("t", 0): [OffsetRange(500, 1100)]}
+    same = Token(2, "g", "t", 0, RangeProgress(500, 1100, 1100), state=TokenState.DONE, lineage=new)
+    assert mirror_only_spans(metadata, [same], "g", None, {("t", 0): 1101}, "c1") == {}, "vouched: the store's"
+    moved = {("t", 0): 1200}  # the offset moved without the marker: it vouches for nothing
+    assert mirror_only_spans(metadata, [same], "g", None, moved, "c1") == {("t", 0): [OffsetRange(500, 1100)]}
 
 
 def test_foreign_or_unreadable_metadata_names_nothing() -> None:
     key = b"k" * 16
     signed = _mirror("g", 0, RangeProgress(10, 300, 10), key=key)
-    assert mirror_only_spans({("t", 0): signed}, [], "other-group", key) == {}, "bound to another group"
-    assert mirror_only_spans({("t", 0): signed}, [], "g", key) == {("t", 0): [OffsetRange(10, 300)]}
-    assert mirror_only_spans({("t", 0): "fr1:!!!not base64"}, [], "g", None) == {}
-    assert mirror_only_spans({("t", 0): "the application's own metadata"}, [], "g", None) == {}
+    offsets: dict[tuple[str, int], int | None] = {("t", 0): 300}
+    assert mirror_only_spans({("t", 0): signed}, [], "other-group", key, offsets, "c1") == {}, "another group's"
+    assert mirror_only_spans({("t", 0): signed}, [], "g", key, offsets, "c1") == {("t", 0): [OffsetRange(10, 300)]}
+    assert mirror_only_spans({("t", 0): "fr1:!!!not base64"}, [], "g", None, offsets, "c1") == {}
+    assert mirror_only_spans({("t", 0): "the application's own metadata"}, [], "g", None, offsets, "c1") == {}
