@@ -200,6 +200,10 @@ class RangeBook:
         """Whether any range of ``key`` is held, parked ones included."""
         return key in self.by_key
 
+    def parks(self, key: TopicPartitionKey) -> bool:
+        """Whether ``key`` holds a parked range (early ones too): one the commit metadata alone keeps."""
+        return any(self._by_id[i].parked for i in self.by_key.get(key, ()))
+
     def routes(self) -> set[TopicPartitionKey]:
         """Partitions with at least one claimed (or early) range: only their commits need routing."""
         return {k for k in self.by_key if self.spans(k)}

@@ -131,7 +131,7 @@ class CommitRouter:
             else:  # Kafka's meaning: every record of the range up to the message is done
                 self._book.store_upto(token_id, max(done) + 1)
         if primary:
-            _K.store_offsets(self.app, offsets=[self._parts.with_mirror(k, o, None) for k, o in primary.items()])
+            _K.store_offsets(self.app, offsets=[self._parts.progress_mirror(k, o, None) for k, o in primary.items()])
             self._partitions.drop_floors(primary)
 
     def commit_deferred(self, sync: bool = False) -> list[TopicPartition] | None:
@@ -181,7 +181,7 @@ class CommitRouter:
     def commit_primary(
         self, triples: list[tuple[TopicPartitionKey, int, str | None]], asynchronous: bool
     ) -> list[TopicPartition] | None:
-        tps = [self._parts.with_mirror(k, o, m) for k, o, m in triples]
+        tps = [self._parts.progress_mirror(k, o, m) for k, o, m in triples]
         self._partitions.drop_floors(k for k, _o, _m in triples)
         return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
 
@@ -250,7 +250,7 @@ class CommitRouter:
         done = self._parts.offsets.take_dirty(keys)
         if not done:
             return
-        tps = [self._parts.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
+        tps = [self._parts.progress_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
         self._partitions.drop_floors(done)
         try:
             _K.store_offsets(self.app, offsets=tps)
@@ -263,7 +263,8 @@ class CommitRouter:
             if key in self._partitions.routes:
                 self.defer_store(key, cast(int, message.offset()))  # routed in bulk at the next tick or commit
                 return
-            _K.store_offsets(self.app, offsets=[self._parts.with_mirror(key, cast(int, message.offset()) + 1, None)])
+            next_offset = cast(int, message.offset()) + 1
+            _K.store_offsets(self.app, offsets=[self._parts.progress_mirror(key, next_offset, None)])
             self._partitions.drop_floors([key])
             return
         pairs = [(key_of(tp), tp.offset) for tp in offsets or []]
@@ -271,7 +272,7 @@ class CommitRouter:
         for token_id, next_offset in routed.items():
             self._book.store_upto(token_id, next_offset)
         if primary:
-            _K.store_offsets(self.app, offsets=[self._parts.with_mirror(k, o, None) for k, o in primary])
+            _K.store_offsets(self.app, offsets=[self._parts.progress_mirror(k, o, None) for k, o in primary])
             self._partitions.drop_floors(k for k, _o in primary)
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None) -> list[TopicPartition]:

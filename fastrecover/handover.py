@@ -1,9 +1,8 @@
 """Assignment and hand-over: recovery on assign, commits and range release on revoke.
 
-A partition that leaves this member with unfinished ranges is *handed back*:
-Kafka's committed offset moves down to the lowest unfinished offset after what
-the primary processed above the ranges became done tokens, so that any
-successor, a plain consumer included, starts where nothing is lost.
+A partition that leaves this member with unfinished ranges is *handed back*
+(:mod:`fastrecover.hand_back`) after the application's own revoke callback has run,
+so that any successor, a plain consumer included, starts where nothing is lost.
 
 :class:`Handover` owns the application's rebalance callbacks and whether one of them is
 running; the partitions themselves are the registry's (:mod:`fastrecover.partitions`), whose
@@ -16,28 +15,19 @@ import gc
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
-from fastrecover import hooks
 from fastrecover.commits import CommitRouter
 from fastrecover.errors import StoreError
+from fastrecover.hand_back import HandBack
 from fastrecover.mode_state import ModeParts, RebalanceCallback, key_of
-from fastrecover.ranges import (
-    OffsetRange,
-    RangeProgress,
-    subtract,
-)
 from fastrecover.recoverer import Recovered
 from fastrecover.steady import SteadyGate
-from fastrecover.store import ProgressUpdate
 from fastrecover.streams import Streams
 from fastrecover.tokens import TopicPartitionKey
-
-if TYPE_CHECKING:  # the store module imports SQLAlchemy: a consumer with the mode off never loads it
-    from fastrecover.store import RangeStore
 
 log = logging.getLogger("fastrecover.handover")
 
@@ -83,6 +73,10 @@ class Handover:
         #: partitions the application's callback unassigned: let go once the callback returns, so that
         #: its own commits of them, made after the unassign, are still routed
         self._leaving: list[TopicPartitionKey] = []
+        #: the application assigned partitions itself (no group subscription): librdkafka's close calls
+        #: no rebalance callback for them, so close() lets them go first (see ParallelMode.close)
+        self.manual = False
+        self.hand_back = HandBack(parts)
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         _K.subscribe(self._app, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
@@ -92,9 +86,16 @@ class Handover:
         """The primary was subscribed with callbacks that reach this hand-over's (``subscribe()``, or
         the consumer's relays while its mode was being built: fastrecover/startup.py)."""
         self.user_cbs = (on_assign, on_revoke, on_lost)
+        self.manual = False
         self._gate.expect_assignment()
 
     def assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
+        """The application's assign() or incremental_assign(): a manual assignment outside a rebalance."""
+        if not self.in_rebalance:
+            self.manual = True
+        self._assign_now(partitions, incremental)
+
+    def _assign_now(self, partitions: list[TopicPartition], incremental: bool) -> None:
         with _collector_paused(len(partitions) >= _GC_PAUSE_PARTITIONS):
             self._assign(partitions, incremental)
 
@@ -193,7 +194,7 @@ class Handover:
             leaving, self._leaving = self._leaving, []
             self.let_go(leaving, lost=False)
             if not self.assigned_in_cb:
-                self.assign(partitions, incremental=self._parts.cooperative)
+                self._assign_now(partitions, incremental=self._parts.cooperative)
             self._gate.assignment_made()
 
     def on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -236,7 +237,7 @@ class Handover:
             self._streams.drop_runs()
             if parts.auto_commit:
                 done = parts.offsets.take_dirty(keys)
-                tps = [self._parts.with_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
+                tps = [self._parts.progress_mirror(TopicPartitionKey(*k), o, None) for k, o in done.items()]
                 if tps:
                     try:
                         _K.commit(self._app, offsets=tps, asynchronous=False)
@@ -244,9 +245,9 @@ class Handover:
                         log.warning("commit on revoke failed: %s", exc)
                 self._book.promote_stored(keys)
             parts.committer.flush_sync(keys, raise_errors=False)
-            self.hand_back(keys)
+            self.hand_back.run(keys)
         released = self._partitions.remove(keys)
-        store = self._store_for_release()
+        store = self.hand_back.store_for_release()
         if lost or store is None:
             return
         for held in released:
@@ -256,130 +257,3 @@ class Handover:
                 store.release(held.token.id, self._parts.owner, held.token.epoch)
             except StoreError as exc:
                 log.debug("release of range #%d failed: %s", held.token.id, exc)
-
-    def _store_for_release(self) -> RangeStore | None:
-        """The store for a revoke or close; what its background open raised is not raised here.
-
-        A consumer closed before it ever polled has not seen the open's error yet (a store behind in
-        schema): close() must still close the consumer, and there is nothing of this member's to release.
-        """
-        try:
-            return self._parts.link.get()
-        except StoreError as exc:
-            log.warning("range store not usable while letting partitions go: %s", exc)
-            return None
-
-    def hand_back(self, keys: list[TopicPartitionKey]) -> None:
-        """Move Kafka's offset down to the lowest unfinished offset of partitions with open ranges.
-
-        What the primary processed above the ranges becomes *done* tokens first, so a
-        fastrecover successor does not re-read it, while any successor, a plain
-        consumer included, starts at the lowest offset not yet processed: turning the
-        mode off, or a mixed group after a graceful hand-over, loses nothing.
-
-        "What the primary processed" is Kafka's committed offset, but never above the
-        primary's position: a committed offset is read from outside (another member, a
-        tool, an application bug can write any number), and a done token above what
-        this member returned would make every later recovery skip records it never saw.
-        Under ``enable.auto.commit`` librdkafka's offset store is flushed first (the
-        primary's progress may sit only there), and the handed-back offset is stored as
-        well: librdkafka commits the stored offsets of the partitions it unassigns, which
-        would otherwise put Kafka's offset back above the open ranges.
-        """
-        store = self._store_for_release()
-        open_keys = [k for k in keys if any(not h.parked and not h.pending.done for h in self._book.held(k))]
-        if store is None or not open_keys:
-            return
-        flushed = self._commit_stored() if self._parts.auto_commit else True
-        try:
-            hooks.fire("hand-back-read")
-            current = {
-                key_of(tp): tp.offset
-                for tp in _K.committed(
-                    self._app,
-                    [TopicPartition(k.topic, k.partition) for k in open_keys],
-                    timeout=self._parts.settings.recovery_timeout_s,
-                )
-                if tp.error is None
-            }
-        except KafkaException as exc:
-            log.warning("could not read committed offsets to hand ranges back: %s", exc)
-            current = {}
-        reached = dict(self._parts.positions(open_keys) or [])
-        tps = []
-        for key in open_keys:
-            held = [h for h in self._book.held(key) if not h.parked]
-            lowest = min(h.pending.committed for h in held if not h.pending.done)
-            primary_at = current.get(key)
-            if primary_at is None:
-                # Kafka's offset is unknown, and may be above the open ranges (the primary's own commits,
-                # or the offset store flushed just above): a plain successor would skip them.  Hand back
-                # the lowest unfinished offset without done work; the primary's records are read again.
-                log.warning("%s: Kafka's committed offset is unknown; handing back offset %d", key, lowest)
-                tps.append(self._parts.with_mirror(key, lowest, None))
-                continue
-            if primary_at <= lowest:
-                if not flushed:  # librdkafka may hold a higher offset that its auto-commit would write
-                    tps.append(self._parts.with_mirror(key, lowest, None))
-                continue
-            done_to = min(primary_at, reached.get((key.topic, key.partition), -1))
-            if primary_at > done_to:
-                log.warning(
-                    "%s: Kafka's committed offset %d is above what the primary returned (position %s); "
-                    "records up to offset %d only are handed back as done",
-                    key,
-                    primary_at,
-                    done_to if done_to >= 0 else "unknown",
-                    max(lowest, done_to),
-                )
-            try:
-                self._record_done(store, key, OffsetRange(lowest, max(lowest, done_to)))
-            except StoreError as exc:
-                log.warning("could not record %s's primary progress; its Kafka offset stays: %s", key, exc)
-                continue
-            tps.append(self._parts.with_mirror(key, lowest, None))
-        if not tps:
-            return
-        try:
-            _K.commit(self._app, offsets=tps, asynchronous=False)
-        except KafkaException as exc:
-            log.warning("could not hand ranges back to Kafka's offsets: %s", exc)
-        if self._parts.auto_commit:
-            try:
-                _K.store_offsets(self._app, offsets=tps)
-            except KafkaException as exc:
-                log.warning("could not store the handed-back offsets for librdkafka's auto-commit: %s", exc)
-
-    def _commit_stored(self) -> bool:
-        """Commit what librdkafka's offset store holds (there is no call that reads it); False on failure."""
-        try:
-            _K.commit(self._app, asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError._NO_OFFSET:
-                return True
-            log.warning("could not commit the stored offsets before handing ranges back: %s", exc)
-            return False
-        return True
-
-    def _record_done(self, store: RangeStore, key: TopicPartitionKey, span: OffsetRange) -> None:
-        """Done tokens over what the primary processed in ``span``, outside every range the store knows."""
-        if len(span) == 0:
-            return
-        known = [
-            t.span for t in store.partition_ranges(self._parts.group, key.topic, key.partition, ending_after=span.start)
-        ]
-        for gap in subtract(span, known):
-            token = store.create_range(
-                self._parts.group,
-                key.topic,
-                key.partition,
-                gap.start,
-                gap.end,
-                self._parts.owner,
-                self._book.lineage(key),
-            )
-            # a token that already starts there (a concurrent writer) is not ours to finish
-            if token.is_open and token.owner == self._parts.owner and token.span == gap:
-                store.commit_one(
-                    ProgressUpdate(token.id, self._parts.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end))
-                )

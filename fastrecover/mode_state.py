@@ -23,6 +23,7 @@ from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 from fastrecover.batches import GapEvent, SkipEvent
 from fastrecover.book import RangeBook
 from fastrecover.child import ChildReader
+from fastrecover.codec import lineage_cluster, new_lineage
 from fastrecover.committer import RangeCommitter
 from fastrecover.config import Settings, child_config, is_cooperative, parse_bool
 from fastrecover.partitions import Partitions
@@ -138,6 +139,10 @@ class ModeParts:
         # the steady state from the start: records untracked, the client's positions read instead
         self.offsets = PrimaryOffsets(untracked=self.auto_store)
         self.partitions = Partitions(self.book, holders=(self.child.drop, self.offsets.drop, self.recoverer.forget))
+        #: partitions whose application metadata a commit has replaced by the mirror (warned once each)
+        self._metadata_deferred: set[TopicPartitionKey] = set()
+        #: the new lineage each partition's commits took when its primary went back below its ranges
+        self._lineage_renewed: dict[TopicPartitionKey, str] = {}
 
     def sync_positions(self) -> bool:
         """Steady state: what the primary returned, from its positions instead of per record.
@@ -180,10 +185,61 @@ class ModeParts:
                 event.low,
             )
 
+    def progress_mirror(self, key: TopicPartitionKey, offset: int, user_metadata: str | None) -> TopicPartition:
+        """:meth:`with_mirror` for the primary's own progress: what it returned, the application's offsets.
+
+        A primary that jumped starts above every range its partition holds, so progress below the end
+        of one means its offset went back: the application's ``seek()``, or librdkafka's
+        ``auto.offset.reset`` after the log was truncated or the topic re-created under its name.
+        What those ranges say about the offsets above it may then describe records that are no
+        longer there, and a marker of their lineage would vouch for it: a done range would hide the
+        new records for good.  So
+        the partition's commits name a new lineage from then on, which vouches for none of them (a
+        later recovery reads them again, as after an operator's offset reset).  A primary that replays
+        from below its ranges renews the lineage too: that costs re-reads after a crash, never a record.
+        """
+        if self.book.holds(key):
+            self._rewound(key, offset)
+        return self.with_mirror(key, offset, user_metadata)
+
+    def _rewound(self, key: TopicPartitionKey, offset: int) -> None:
+        lineage = self.book.lineage(key)
+        if lineage is None or self._lineage_renewed.get(key) == lineage:
+            return
+        top = max(h.token.span.end for h in self.book.held(key))
+        if offset >= top:
+            return
+        renewed = new_lineage(lineage_cluster(lineage), os.urandom(8))
+        self.book.set_lineage(key, renewed)
+        self._lineage_renewed[key] = renewed
+        log.warning(
+            "%s: the primary's offset %d is below the ranges this member holds (up to %d): it went back "
+            "(a seek, or auto.offset.reset after the log was truncated or the topic re-created); after a "
+            "restart those ranges are read again rather than trusted",
+            key,
+            offset,
+            top,
+        )
+
     def with_mirror(self, key: TopicPartitionKey, offset: int, user_metadata: str | None) -> TopicPartition:
-        """What a Kafka commit of ``offset`` carries: the application's metadata, else the ranges' mirror."""
+        """What a Kafka commit of ``offset`` carries: the application's metadata, else the ranges' mirror.
+
+        Not the application's metadata while ``key`` holds a range the store does not have yet
+        (parked: the store is down or still opening): the mirror is that range's only durable
+        record, and a commit without it would lose the range at the next crash.  The
+        application's text is kept in memory then (``committed()`` shows it).
+        """
         if user_metadata is not None:
-            return TopicPartition(key.topic, key.partition, offset, metadata=user_metadata)
+            if not self.book.parks(key):
+                return TopicPartition(key.topic, key.partition, offset, metadata=user_metadata)
+            self.partitions.keep_meta(key, user_metadata)
+            if key not in self._metadata_deferred:
+                self._metadata_deferred.add(key)
+                log.warning(
+                    "%s: the application's commit metadata is kept in memory, not committed, while ranges "
+                    "of this partition wait for the store: the commit carries their mirror instead",
+                    key,
+                )
         # every held range counts, parked ones too: a commit without them would erase the only
         # record of ranges the store could not take
         text = self.book.metadata(key, offset) if self.settings.commit_mirror and self.book.holds(key) else ""

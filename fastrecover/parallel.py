@@ -17,6 +17,7 @@ Both consumers are used from the caller's thread only.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ from fastrecover.tokens import Token
 
 if TYPE_CHECKING:
     from fastrecover.metrics import ConsumerMetrics
+
+log = logging.getLogger("fastrecover.consumer")
 
 _K = _KafkaConsumer
 
@@ -240,9 +243,27 @@ class ParallelMode:
         )
 
     def close(self) -> None:
+        """Hand unfinished ranges back after the application's on_revoke, as in any rebalance.
+
+        librdkafka's close revokes a subscription's partitions through the rebalance callback:
+        the application's on_revoke runs, its commits routed, and the hand-back runs after it.
+        Handed back first, an on_revoke that commits (``commit()``, ``commit(message=m)``) put
+        Kafka's offset back above the unfinished ranges, and a plain successor skipped them.
+        Partitions the application assigned itself get no callback: they are let go here first.
+        """
         try:
-            self.handover.let_go(list(self.partitions.assigned), lost=False)
+            manual = self.handover.manual
+            if manual:
+                self.handover.let_go(list(self.partitions.assigned), lost=False)
+            else:
+                self.handover.hand_back.prepare_close()
             _K.close(self.app)
+            if not manual and len(self.partitions):
+                log.warning(
+                    "close: librdkafka revoked no partition; the open ranges of %d partitions stay with "
+                    "the group's next owner, as after a crash",
+                    len(self.partitions),
+                )
         finally:
             self.child.close()
             self.parts.committer.close()

@@ -7,7 +7,8 @@ persists every new or restored range **before** the primary is moved to the log
 end.  If the store cannot take the tokens, the partition starts at its committed
 offset like a plain consumer: slower, never lossy.  Anything unexpected while
 planning one partition (hostile metadata, a planner error) degrades that
-partition the same way and is logged once.
+partition the same way and is logged once.  A partition left unplanned keeps the
+unfinished ranges its marker names, parked, so that its commits do not erase them.
 
 This module decides; :mod:`fastrecover.recovery_reads` asks the broker and the
 store, :mod:`fastrecover.recovery_writes` carries the plans out and keeps the
@@ -129,13 +130,18 @@ class Recoverer:
             ctp = committed.get(key)
             if key not in log_ends:
                 log.warning("no recovery for %s: its log end is unavailable; starting at the committed offset", key)
+                self._keep_marker(key, self._reads.marker(key, ctp.metadata if ctp is not None else None))
                 continue
             offset = ctp.offset if ctp is not None and ctp.offset >= 0 else starts_at.get(key)
             read[key] = (offset, self._reads.marker(key, ctp.metadata if ctp is not None else None))
         for key in read:
             self.pending.pop(key, None)  # recovered anew
-        replay = self._replays_first(read, log_ends)
-        on_mirror = not replay and self._jumps_on_mirror()
+        # ranges a marker mirrors as unfinished may be in the commit metadata alone (their recovery jumped
+        # on the mirror and the process died before the store had them): this recovery waits for the
+        # store and writes them there, so that no commit, offset reset or failed recovery can erase them
+        owed = any(m is not None and any(not r.done for r in m.ranges) for _, m in read.values())
+        replay = not owed and self._replays_first(read, log_ends)
+        on_mirror = not replay and not owed and self._jumps_on_mirror()
         store = None if replay or on_mirror else self._link.get()
         stored = (
             self._reads.stored_tokens(
@@ -153,6 +159,8 @@ class Recoverer:
         ):
             found = self._reads.cluster_label(keys[0].topic)
             if found is None:
+                for key, (_, marker) in read.items():
+                    self._keep_marker(key, marker)
                 return out
             cluster = found
         inputs: dict[TopicPartitionKey, PartitionInputs] = {}
@@ -330,6 +338,22 @@ class Recoverer:
         if marker is not None or tokens:
             return True
         return committed is not None and log_end - committed >= min_offsets
+
+    def _keep_marker(self, key: TopicPartitionKey, marker: Marker | None) -> None:
+        """A partition left to start at its committed offset unplanned keeps what its marker owes, parked.
+
+        Those ranges may be in the commit metadata alone (the last recovery jumped on it and its
+        process died before the store had them): the primary's next commit, without them, would
+        erase them.  Parked, every commit mirrors them until a recovery can plan the partition.
+        """
+        owed = [r for r in marker.ranges if not r.done] if marker is not None else []
+        if not owed or marker is None:
+            return
+        self._book.remove_partitions([key])
+        if marker.lineage is not None:
+            self._book.set_lineage(key, marker.lineage)
+        for entry in owed:
+            self._book.park(key, self._group, RangeProgress.fresh(entry.start, entry.end))
 
     def _give_up(self, key: TopicPartitionKey, exc: BaseException) -> None:
         log.warning("no recovery for %s (%r); it starts at its committed offset like a plain consumer", key, exc)

@@ -2,9 +2,9 @@
 
 Construction starts opening the store on a thread and returns.  A recovery whose lags a replay covers
 (``fastrecover.recovery.replay.max.offsets``) does not wait for it: the primary reads from the committed
-offset, as a plain consumer does, and what the store holds for those partitions (a range a crashed
-member owed) is taken up as soon as the store is open.  The open is held on the ``store-open`` fault
-point, so the test decides when it ends.
+offset, as a plain consumer does, and what the store holds for those partitions is taken up as soon
+as the store is open.  A recovery whose marker mirrors unfinished ranges waits for it instead.  The
+open is held on the ``store-open`` fault point, so the test decides when it ends.
 """
 
 from __future__ import annotations
@@ -98,35 +98,50 @@ def _a_crashed_member_owes_a_range(bootstrap: str, topic: str, group: str, store
     return token.id
 
 
-def test_a_small_lag_is_replayed_while_the_store_opens_and_the_owed_range_is_taken_up_after(
+def test_a_small_lag_whose_marker_names_an_owed_range_waits_for_the_store_and_claims_it_first(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
 ) -> None:
+    """A small lag is replayed while the store opens, unless the marker mirrors unfinished ranges.
+
+    Those may be in the commit metadata alone (their member jumped on it and died before its store
+    had them): the recovery waits for the store and claims them before a record is delivered, so
+    that no later commit or offset reset can erase them.
+    """
     topic = topic_factory(partitions=1)
     owed = _a_crashed_member_owes_a_range(bootstrap, topic, unique_group, store_url)
     produce(bootstrap, topic, [f"r{i}" for i in range(FIRST_END, LOG_END)], partition=0)
+    _, mirrored = _marker_ranges(bootstrap, unique_group, topic)
+    assert mirrored == [(OWED_FROM, FIRST_END)], "the crashed member's marker names the range it owed"
 
-    # the library's default: a lag of 680 is replayed rather than waited for
+    # the library's default replays a lag of 680 while the store opens; the open is let through once it begins
     consumer = _default_consumer(bootstrap, unique_group, store_url, store_gate)
+    began = threading.Event()
+
+    def held_open() -> None:
+        began.set()
+        store_gate.wait(60)
+
+    hooks.register("store-open", held_open)
+
+    def release_once_begun() -> None:
+        if began.wait(30):
+            store_gate.set()
+
+    threading.Thread(target=release_once_begun, daemon=True).start()
     got: list[Message] = []
     try:
         consumer.assign([TopicPartition(topic, 0)])
+        assert began.is_set(), "the recovery waited for the store's open"
         (report,) = consumer.recoveries
-        assert report.primary_start is None and report.new_ranges == () and not report.degraded and not report.stored
-        # records flow while the store is still held shut: the primary replays from the committed offset
-        consume_until(consumer, got, lambda: len(got) >= 100, 30, "records before the store is open")
-        assert min(offset_of(m) for m in got) == OWED_FROM
+        assert report.stored and not report.degraded and report.resumed == (owed,), report
         with open_store(store_url) as store:
-            assert store.get(owed).epoch == 1, "nothing touched the store yet"
+            claimed = store.get(owed)
+        assert claimed.epoch == 2 and claimed.owner == mode_of(consumer).owner, "claimed before any record"
 
-        store_gate.set()
-        # the open begins after the recovery (deferred: no recovery waited for it); once it has ended the
-        # next ticks take up the owed range
-        wait_for(lambda: not mode_of(consumer).link.opening, 30, 0.01, "the store to open")
         wanted = set(range(OWED_FROM, LOG_END))
         consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 60, "every record")
-
-        token = _until_done(consumer, store_url, owed, "the owed range claimed and finished once the store opened")
-        assert token.epoch == 2 and token.owner == mode_of(consumer).owner, "claimed by this consumer"
+        token = _until_done(consumer, store_url, owed, "the owed range finished")
+        assert token.owner == mode_of(consumer).owner
     finally:
         consumer.close()
     (kafka,) = group_offsets(bootstrap, unique_group, topic)
