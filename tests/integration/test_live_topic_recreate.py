@@ -14,7 +14,6 @@ import logging
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
@@ -22,6 +21,7 @@ from fastrecover.store import open_store
 from fastrecover.tokens import Token, TokenState
 from fastrecover_tools.testing.broker import create_topic, delete_topic, produce
 from fastrecover_tools.testing.waiting import wait_for
+from tests.integration.dropin import commit_offsets
 from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config, poll_until
 
 pytestmark = pytest.mark.integration
@@ -45,15 +45,6 @@ def _ranges(store_url: str, group: str) -> list[Token]:
         return list(store.ranges(group))
 
 
-def _commit_plain(bootstrap: str, group: str, topic: str, offset: int) -> None:
-    """The group's offset set by a plain client: no marker, so A's recovery owes everything above it."""
-    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        plain.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        plain.close()
-
-
 def _recreate(bootstrap: str, topic: str) -> None:
     """The operator's delete and create under the same name, then the new topic's records."""
     delete_topic(bootstrap, topic)
@@ -69,7 +60,7 @@ def _recreate(bootstrap: str, topic: str) -> None:
 def _a_crashed_member_owes_a_range(bootstrap: str, topic: str, group: str, store_url: str) -> None:
     """Member A splits [OWED_FROM, OLD_FIRST) off and crashes before reading any of it."""
     produce(bootstrap, topic, [f"old{i}" for i in range(OLD_FIRST)], partition=0)
-    _commit_plain(bootstrap, group, topic, OWED_FROM)
+    commit_offsets(bootstrap, group, [TopicPartition(topic, 0, OWED_FROM)])
     a = Consumer(parallel_config(bootstrap, group, store_url))
     try:
         a.assign([TopicPartition(topic, 0)])

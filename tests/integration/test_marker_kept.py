@@ -11,19 +11,19 @@ later recovery reads them.  Real broker, real store; the cluster id's absence is
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Message, TopicPartition
 
-from fastrecover import Consumer, hooks
+from fastrecover import Consumer
 from fastrecover.book import mirror_context
 from fastrecover.codec import read_marker
 from fastrecover.store import open_store
 from fastrecover.tokens import TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
+from tests.fixtures.stores import hold_store_opens
 from tests.integration.dropin import make_lag
 from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config
 
@@ -32,22 +32,6 @@ pytestmark = pytest.mark.integration
 COMMITTED = 20
 LOG_END = 700
 FRESH = 10
-
-
-@pytest.fixture
-def store_gate() -> Iterator[threading.Event]:
-    """Set it to let a held store open through."""
-    release = threading.Event()
-
-    def hold() -> None:
-        release.wait(60)
-
-    hooks.register("store-open", hold)
-    try:
-        yield release
-    finally:
-        release.set()
-        hooks.clear()
 
 
 def _config(bootstrap: str, group: str, store_url: str) -> dict[str, Any]:
@@ -97,6 +81,7 @@ def test_a_member_that_cannot_plan_keeps_the_ranges_only_the_marker_holds(
 ) -> None:
     topic = topic_factory(partitions=1)
     make_lag(bootstrap, topic, unique_group, committed=COMMITTED, log_end=LOG_END)
+    hold_store_opens(store_gate)
     delivered: set[int] = set()
 
     first = Consumer(_config(bootstrap, unique_group, store_url))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,6 +26,7 @@ from fastrecover.store.models import VERSION_TABLE
 from fastrecover.tokens import Token, TokenState, TopicPartitionKey
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
+from tests.fixtures.stores import hold_store_opens
 from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config
 
 pytestmark = pytest.mark.integration
@@ -34,24 +34,6 @@ pytestmark = pytest.mark.integration
 OWED_FROM = 20
 FIRST_END = 500
 LOG_END = 700
-
-
-@pytest.fixture
-def store_gate() -> Iterator[threading.Event]:
-    """Set it to let the held store opens through; the test arms the point with :func:`hold_store_opens`."""
-    release = threading.Event()
-    try:
-        yield release
-    finally:
-        release.set()
-        hooks.clear()
-
-
-def hold_store_opens(release: threading.Event) -> None:
-    def hold() -> None:
-        release.wait(60)
-
-    hooks.register("store-open", hold)
 
 
 def _default_consumer(bootstrap: str, group: str, store_url: str, gate: threading.Event) -> Consumer:
