@@ -193,10 +193,10 @@ class ModeParts:
         ``auto.offset.reset`` after the log was truncated or the topic re-created under its name.
         What those ranges say about the offsets above it may then describe records that are no
         longer there, and a marker of their lineage would vouch for it: a done range would hide the
-        new records for good.  So
-        the partition's commits name a new lineage from then on, which vouches for none of them (a
-        later recovery reads them again, as after an operator's offset reset).  A primary that replays
-        from below its ranges renews the lineage too: that costs re-reads after a crash, never a record.
+        new records for good.  So the partition's commits name a new lineage from then on, which
+        vouches for none of them (a later recovery reads them again, as after an operator's offset
+        reset).  A primary that replays from below its ranges renews the lineage too: that costs
+        re-reads after a crash, never a record.
         """
         if self.book.holds(key):
             self._rewound(key, offset)

@@ -139,7 +139,8 @@ class Recoverer:
         # ranges a marker mirrors as unfinished may be in the commit metadata alone (their recovery jumped
         # on the mirror and the process died before the store had them): this recovery waits for the
         # store and writes them there, so that no commit, offset reset or failed recovery can erase them
-        owed = any(m is not None and any(not r.done for r in m.ranges) for _, m in read.values())
+        # (a marker's ranges are its unfinished ones: decoding drops finished rows)
+        owed = any(m is not None and m.ranges for _, m in read.values())
         replay = not owed and self._replays_first(read, log_ends)
         on_mirror = not replay and not owed and self._jumps_on_mirror()
         store = None if replay or on_mirror else self._link.get()
@@ -346,13 +347,12 @@ class Recoverer:
         process died before the store had them): the primary's next commit, without them, would
         erase them.  Parked, every commit mirrors them until a recovery can plan the partition.
         """
-        owed = [r for r in marker.ranges if not r.done] if marker is not None else []
-        if not owed or marker is None:
+        if marker is None or not marker.ranges:
             return
         self._book.remove_partitions([key])
         if marker.lineage is not None:
             self._book.set_lineage(key, marker.lineage)
-        for entry in owed:
+        for entry in marker.ranges:
             self._book.park(key, self._group, RangeProgress.fresh(entry.start, entry.end))
 
     def _give_up(self, key: TopicPartitionKey, exc: BaseException) -> None:

@@ -39,6 +39,12 @@ def mode_of(consumer: Consumer) -> ParallelMode:
     return consumer._fr or consumer._build_mode()
 
 
+def close_as_crashed(consumer: Consumer) -> None:
+    """Close without handing ranges back: what a SIGKILL leaves in Kafka and the store."""
+    mode_of(consumer).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]
+    consumer.close()
+
+
 def offset_of(msg: Message) -> int:
     """The record's offset, typed ``int``.
 

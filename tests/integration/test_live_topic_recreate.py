@@ -22,7 +22,15 @@ from fastrecover.tokens import Token, TokenState
 from fastrecover_tools.testing.broker import create_topic, delete_topic, produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.dropin import commit_offsets
-from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config, poll_until
+from tests.integration.helpers import (
+    close_as_crashed,
+    consume_until,
+    group_offsets,
+    mode_of,
+    offset_of,
+    parallel_config,
+    poll_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -32,12 +40,6 @@ OLD_END = 2000  # B resumes A's range and splits off [OLD_FIRST, OLD_END)
 NEW_END = 1500  # the re-created topic's log end: below the old one, so the primary's offset is out of range
 NEW_COMMIT = 300  # where B's explicit commits put the group on the new topic: inside the old done range
 WARNING = "is below the ranges this member holds"
-
-
-def _crash(consumer: Consumer) -> None:
-    """Close without handing ranges back, as a member that dies does (test_startup.py's crashed member)."""
-    mode_of(consumer).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]
-    consumer.close()
 
 
 def _ranges(store_url: str, group: str) -> list[Token]:
@@ -66,7 +68,7 @@ def _a_crashed_member_owes_a_range(bootstrap: str, topic: str, group: str, store
         a.assign([TopicPartition(topic, 0)])
         assert [(r.start, r.end) for r in a.recoveries[0].new_ranges] == [(OWED_FROM, OLD_FIRST)]
     finally:
-        _crash(a)
+        close_as_crashed(a)
     produce(bootstrap, topic, [f"old{i}" for i in range(OLD_FIRST, OLD_END)], partition=0)
 
 
@@ -123,7 +125,7 @@ def test_a_topic_recreated_under_a_live_member_is_read_again_from_its_committed_
         _commit_on_new_topic(b, topic, how)
         (after_b,) = group_offsets(bootstrap, unique_group, topic)
     finally:
-        _crash(b)
+        close_as_crashed(b)
     committed = after_b.offset
     # what makes the test mean something: B held an old range above the offset it committed
     assert 0 <= committed < NEW_END, f"B committed {committed} on the new topic (log end {NEW_END})"

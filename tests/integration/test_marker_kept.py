@@ -25,7 +25,14 @@ from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.fixtures.stores import hold_store_opens
 from tests.integration.dropin import make_lag
-from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config
+from tests.integration.helpers import (
+    close_as_crashed,
+    consume_until,
+    group_offsets,
+    mode_of,
+    offset_of,
+    parallel_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -53,12 +60,6 @@ def _marker(bootstrap: str, group: str, topic: str) -> tuple[int, list[tuple[int
     marker = read_marker(kafka.metadata, context=mirror_context(group, TopicPartitionKey(topic, 0)))
     assert marker is not None, f"no fastrecover marker in Kafka's metadata {kafka.metadata!r}"
     return kafka.offset, [(r.start, r.end) for r in marker.ranges if not r.done]
-
-
-def _crash(consumer: Consumer) -> None:
-    """Close without handing anything back: what a SIGKILL leaves in Kafka and the store."""
-    mode_of(consumer).handover.let_go = lambda keys, lost: None  # type: ignore[method-assign]
-    consumer.close()
 
 
 def _commit_progress(consumer: Consumer, got: list[Message], bootstrap: str, group: str, topic: str, start: int) -> int:
@@ -92,7 +93,7 @@ def test_a_member_that_cannot_plan_keeps_the_ranges_only_the_marker_holds(
         first_end = _commit_progress(first, got, bootstrap, unique_group, topic, LOG_END)
     finally:
         delivered |= {offset_of(m) for m in got}
-        _crash(first)
+        close_as_crashed(first)
     owed = set(range(COMMITTED, LOG_END)) - delivered
     assert owed, "the test needs records of the jumped range still owed at the crash"
     with open_store(store_url) as store:
@@ -110,7 +111,7 @@ def test_a_member_that_cannot_plan_keeps_the_ranges_only_the_marker_holds(
         assert offset == committed and ranges, "the second member's commit still carries the owed ranges"
     finally:
         delivered |= {offset_of(m) for m in got}
-        _crash(second)
+        close_as_crashed(second)
 
     third = Consumer(parallel_config(bootstrap, unique_group, store_url))
     got = []
