@@ -1,11 +1,9 @@
 """Splitting and validating the consumer configuration.
 
-``fastrecover.Consumer`` takes one dict, like ``confluent_kafka.Consumer``.  Our
-own keys (``enable.parallel.rebalance`` and ``fastrecover.*``) are validated
-here and stripped; everything else goes to librdkafka untouched, so librdkafka
-stays the judge of its own properties.  An unknown ``fastrecover.*`` key is an
-error rather than a silent no-op because a typo there would quietly disable a
-safety setting.
+``fastrecover.Consumer`` takes one dict, like ``confluent_kafka.Consumer``.  Our own keys
+(``enable.parallel.rebalance`` and ``fastrecover.*``) are validated here and stripped; everything else
+goes to librdkafka untouched, so librdkafka stays the judge of its own properties.  An unknown
+``fastrecover.*`` key is an error, not a no-op: a typo there would quietly disable a safety setting.
 """
 
 from __future__ import annotations
@@ -36,12 +34,8 @@ _FALSE = ("false", "f", "0")
 
 
 def parse_bool(key: str, value: object) -> bool:
-    """Booleans the way librdkafka accepts them.
-
-    A bool, or a string true/t/1 or false/f/0 (any case); an int 0 or 1 too, since
-    confluent_kafka hands librdkafka ``str(value)``.  The consumer also parses
-    librdkafka's own boolean keys with this, so it must not refuse what librdkafka takes.
-    """
+    """Booleans the way librdkafka accepts them: a bool, true/t/1 or false/f/0 (any case), an int 0 or 1
+    (confluent_kafka hands librdkafka ``str(value)``).  librdkafka's own boolean keys are parsed with it too."""
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -171,9 +165,15 @@ KEYS: dict[str, _Key] = {
         10_000,
         _int_parser(0, 2**62),
         "While the store is still opening (the first recovery after start), a lag up to this is replayed by the "
-        "primary instead of waiting for the store; a larger one skips to the log end with its ranges made durable "
-        "in Kafka's commit metadata first, the child reads them at once, and the store takes them (and the "
-        "progress made) once it is open. 0 makes every recovery wait for the store.",
+        "primary instead of waiting for the store; a larger one waits for the store's open (see "
+        "fastrecover.recovery.jump.on.mirror). 0 makes every recovery wait for the store.",
+    ),
+    "fastrecover.recovery.jump.on.mirror": _Key(
+        False,
+        parse_bool,
+        "A first recovery whose lag is above replay.max.offsets skips to the log end before the store has opened, "
+        "its ranges durable in Kafka's commit metadata alone until then: its first fresh record comes sooner by "
+        "the store's open, but an offset reset after a crash in that window loses them.",
     ),
     "fastrecover.recovery.timeout.ms": _Key(
         10_000,
@@ -203,11 +203,9 @@ KEYS: dict[str, _Key] = {
 class Settings:
     """The validated fastrecover settings of one consumer, immutable.
 
-    repr() masks the store URL's secrets, the mirror key and secret child overrides: settings end
-    up in logs and tracebacks.  A :func:`~fastrecover.values.value`, not a dataclass nor a typed
-    NamedTuple, whose creation cost 1-4 ms of every mode-on consumer's start.  :func:`split_config`
-    fills every field; the defaults serve tests.
-    """
+    repr() masks the store URL's secrets, the mirror key and secret child overrides (settings end up in
+    logs).  A :func:`~fastrecover.values.value`: a dataclass or typed NamedTuple cost 1-4 ms of every
+    mode-on consumer's start.  :func:`split_config` fills every field; the defaults serve tests."""
 
     enabled: bool = False
     store_url: str = ""
@@ -223,6 +221,7 @@ class Settings:
     commit_interval_s: float = 0.2
     recovery_timeout_s: float = 10.0
     replay_max_offsets: int = 10_000
+    jump_on_mirror: bool = False
     child_overrides: dict[str, Any] = field(default_factory=dict)
     commit_mirror_key: bytes | None = None
     store_lock_timeout_ms: int = 5_000
@@ -230,13 +229,13 @@ class Settings:
 
     @property
     def defers_store_open(self) -> bool:
-        """Whether no first recovery waits for the store, so that its open can wait for the first recovery.
+        """Whether the store's open waits for the first recovery, so that a small lag's replay comes first.
 
-        With ``fastrecover.recovery.replay.max.offsets`` above 0 and the commit mirror on, a recovery that
-        meets the store still opening replays a small lag or makes its ranges durable in Kafka's commit
-        metadata; with either off, a large lag waits for the store, and its open must start at once.
+        With ``fastrecover.recovery.replay.max.offsets`` 0 every recovery waits for the store: its open
+        starts at construction, during the group join.  Above 0 a small lag is replayed without it, and a
+        larger one starts the open when it needs it (or jumps on the commit metadata when allowed).
         """
-        return self.replay_max_offsets > 0 and self.commit_mirror
+        return self.replay_max_offsets > 0
 
     def __repr__(self) -> str:
         shown: dict[str, Any] = {}
@@ -323,6 +322,7 @@ def split_config(config: Mapping[str, Any], **kwargs: Any) -> tuple[dict[str, An
         commit_interval_s=get("fastrecover.backfill.commit.interval.ms") / 1000.0,
         recovery_timeout_s=get("fastrecover.recovery.timeout.ms") / 1000.0,
         replay_max_offsets=get("fastrecover.recovery.replay.max.offsets"),
+        jump_on_mirror=get("fastrecover.recovery.jump.on.mirror"),
         child_overrides=child,
         commit_mirror_key=get(MIRROR_KEY),
         store_lock_timeout_ms=get("fastrecover.store.lock.timeout.ms"),

@@ -226,12 +226,22 @@ class Recoverer:
         return all(c is None or log_ends[k] - c <= limit for k, (c, _) in read.items())
 
     def _jumps_on_mirror(self) -> bool:
-        """The store is still opening and the ranges can be made durable in Kafka's commit metadata instead.
+        """The store is still opening and the application allowed the ranges to live in Kafka's commit metadata alone.
 
-        ``fastrecover.recovery.replay.max.offsets=0`` asks every recovery to wait for the store, and
-        without the mirror there is nowhere else to make a range durable first.
+        Off by default (``fastrecover.recovery.jump.on.mirror``): until the store has them, the marker is
+        their only record, and an operator's offset reset (or a recovery that cannot read the committed
+        offsets) after a crash in that window would erase it.  Waiting costs the store's open, about
+        0.15 s, and only to a first recovery whose lag is too large to replay, which a plain consumer
+        takes longer to read.  ``fastrecover.recovery.replay.max.offsets=0`` asks every recovery to wait,
+        and without the mirror there is nowhere else to make a range durable first.
         """
-        return self._settings.replay_max_offsets > 0 and self._settings.commit_mirror and self._link.opening
+        settings = self._settings
+        return (
+            settings.jump_on_mirror
+            and settings.replay_max_offsets > 0
+            and settings.commit_mirror
+            and self._link.opening
+        )
 
     def replayed(self, positions: Mapping[tuple[str, int], int]) -> bool:
         """Every partition replaying while the store opens has been read up to the log end its recovery saw.

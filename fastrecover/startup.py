@@ -19,7 +19,7 @@ record (:data:`BUILDS_ITSELF`) build it themselves and stay ``Consumer``'s own, 
 application bound before its first poll costs nothing more for the consumer's life.  The mode is built at
 construction instead for a subclass of ``Consumer`` (its class is the application's to keep), and
 when every recovery waits for the store (``Settings.defers_store_open`` false): its open, about
-0.3 s, then begins at once, and the import no longer matters.
+0.15 s, then begins at once, and the import no longer matters.
 """
 
 from __future__ import annotations

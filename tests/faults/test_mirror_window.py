@@ -1,8 +1,9 @@
 """Crashes in the mirror window: a recovery jumped on Kafka's marker while the store was still opening.
 
-A recovery whose lag exceeds ``fastrecover.recovery.replay.max.offsets`` while the (deferred) store opens
-commits its ranges into Kafka's commit metadata (the ``fr2:`` marker), moves the primary to the log end
-and lets the child read the ranges early; the store gets the tokens later (``Recoverer.recover_pending``).
+With ``fastrecover.recovery.jump.on.mirror`` (off by default), a recovery whose lag exceeds
+``fastrecover.recovery.replay.max.offsets`` while the (deferred) store opens commits its ranges into
+Kafka's commit metadata (the ``fr2:`` marker), moves the primary to the log end and lets the child read
+the ranges early; the store gets the tokens later (``Recoverer.recover_pending``).
 Until then the marker is the ranges' ONLY durable record.  Real worker processes (the test worker, its
 store open held shut by tests/faults/mirror_worker.py) are SIGKILLed in that window on the real broker,
 with a real SQLite store, and every record owed must still reach a successor:
@@ -10,7 +11,8 @@ with a real SQLite store, and every record owed must still reach a successor:
 * control: nothing else happens, the successor restores the ranges from the marker;
 * the application commits its own metadata in the window (fastrecover's marker must stay);
 * a second recovery reads the marker (it must write the store's tokens before its primary delivers a
-  fresh record), is SIGKILLed, and an operator resets the offsets the way kafka-consumer-groups does.
+  fresh record), is SIGKILLed, and an operator resets the offsets the way kafka-consumer-groups does;
+* the same crash and reset after a first recovery with the default settings, which opens no window.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ LAG2 = 150  # records produced while nobody reads, before the second recovery (a
 SHIFT = 5  # the operator's kafka-consumer-groups --reset-offsets --shift-by -SHIFT
 APP_METADATA = "app-x"
 DEADLINE = 60.0
+#: the opt-in that opens the window (off by default: a first recovery waits for the store)
+JUMP_ON_MIRROR = ("--set", "fastrecover.recovery.jump.on.mirror=true")
 #: the first incarnation's pace: small batches of 10 ms records, so that its child has read only part of
 #: the jumped range when the fresh records (the primary's half of each batch) reach the crash point
 SLOW = ("--batch", "10", "--work-us", "10000")
@@ -176,7 +180,7 @@ def _crash_in_the_window(scene: Scene, metadata: str | None = None, async_app: b
     fresh_end = LOG_END + FRESH
     app = ["--commit-metadata", metadata] if metadata is not None else []
     never = scene.workdir / "never-created"  # the store stays "opening" until the SIGKILL
-    first = scene.spawn(*_commit_at(fresh_end), *app, hold=never, async_app=async_app)
+    first = scene.spawn(*_commit_at(fresh_end), *app, *JUMP_ON_MIRROR, hold=never, async_app=async_app)
     report = first.wait_event("recovery", DEADLINE)
     # the precondition: it jumped to E on Kafka's marker alone, the store still opening
     assert (report["committed"], report["log_end"], report["primary_start"]) == (COMMITTED, LOG_END, LOG_END)
@@ -221,21 +225,35 @@ def test_second_recovery_stores_the_ranges_before_fresh_records_and_survives_an_
     mirror): once it is SIGKILLed, an operator's reset erases the marker and only the store knows the ranges."""
     _crash_in_the_window(scene)
     produce(scene.bootstrap, scene.topic, [f"l{i}" for i in range(LAG2)], partition=0)
-    second_end = LOG_END + FRESH + LAG2
     offset, mirrored = scene.marker()
     assert offset == LOG_END + FRESH
     assert set(range(COMMITTED, LOG_END)) - scene.delivered() <= mirrored, "the marker mirrors what is owed"
+    _recover_crash_and_reset(scene, reset, LOG_END + FRESH, LOG_END + FRESH + LAG2)
 
+
+@pytest.mark.parametrize("reset", ["to-current", "shift-by"])
+def test_first_recovery_by_default_stores_the_ranges_before_fresh_records_and_survives_an_operator_reset(
+    scene: Scene, reset: str
+) -> None:
+    """Without the opt-in a first recovery whose lag is above the replay limit waits for the store, even
+    deferred: a SIGKILL right after its first fresh record, then an operator's reset, loses nothing."""
+    _recover_crash_and_reset(scene, reset, COMMITTED, LOG_END)
+
+
+def _recover_crash_and_reset(scene: Scene, reset: str, committed: int, log_end: int) -> None:
+    """A new incarnation (default settings) recovers [committed, log_end) with its store held shut until it
+    began opening, is paused at its first fresh record (the store read then), commits past it, is SIGKILLed;
+    an operator resets the offsets the way kafka-consumer-groups does; a successor must deliver every record."""
     release, resume = scene.workdir / "release-store", scene.workdir / "resume"
     fresh_after = ("--first-fresh-after", str(time.time()))  # every record produced from now on is fresh
-    second = scene.spawn(*_commit_at(second_end + FRESH), *fresh_after, hold=release, pause_at_fresh=resume)
+    second = scene.spawn(*_commit_at(log_end + FRESH), *fresh_after, hold=release, pause_at_fresh=resume)
     produced = False
 
     def first_fresh_delivered() -> bool:
         nonlocal produced
         names = _names(second)
         # the open began before the recovery ended: the recovery waits for it, let it through (one that
-        # jumped on the mirror again begins the open only after, and it stays shut until the SIGKILL)
+        # jumped on the mirror begins the open only after, and it stays shut until the SIGKILL)
         if "store-open" in names and ("recovery" not in names or names.index("store-open") < names.index("recovery")):
             release.touch()
         if "recovery" in names and not produced:
@@ -243,17 +261,18 @@ def test_second_recovery_stores_the_ranges_before_fresh_records_and_survives_an_
             produced = True
         return "fresh" in names
 
-    wait_for(first_fresh_delivered, DEADLINE, 0.01, "the second incarnation's first fresh record")
+    wait_for(first_fresh_delivered, DEADLINE, 0.01, "the incarnation's first fresh record")
     report = second.wait_event("recovery", 0)
-    assert (report["committed"], report["log_end"]) == (LOG_END + FRESH, second_end), "it recovered from the marker"
+    assert (report["committed"], report["log_end"]) == (committed, log_end), "it recovered the lag"
+    assert report["primary_start"] == log_end, "it skipped the lag (after the store had its ranges)"
     # paused right after it finished its first fresh record: the store as it was then
-    unstored = set(range(COMMITTED, second_end)) - scene.delivered() - scene.open_tokens()
-    jumped_again = "mirror-jump" in _names(second)
+    unstored = set(range(COMMITTED, log_end)) - scene.delivered() - scene.open_tokens()
+    jumped = "mirror-jump" in _names(second)
     resume.touch()
-    _commit_fresh_and_crash(scene, second, second_end + FRESH)
-    assert set(range(COMMITTED, second_end)) - scene.delivered(), "the crash must leave records of the ranges owed"
+    _commit_fresh_and_crash(scene, second, log_end + FRESH)
+    assert set(range(COMMITTED, log_end)) - scene.delivered(), "the crash must leave records of the ranges owed"
 
-    target = second_end + FRESH - (SHIFT if reset == "shift-by" else 0)
+    target = log_end + FRESH - (SHIFT if reset == "shift-by" else 0)
     admin = AdminClient({"bootstrap.servers": scene.bootstrap})
     request = [ConsumerGroupTopicPartitions(scene.group, [TopicPartition(scene.topic, 0, target)])]
     for future in admin.alter_consumer_group_offsets(request).values():
@@ -261,12 +280,12 @@ def test_second_recovery_stores_the_ranges_before_fresh_records_and_survives_an_
     tp = scene.committed()
     assert (tp.offset, tp.metadata or "") == (target, ""), "the reset left no marker"
 
-    owed = set(range(COMMITTED, second_end + FRESH)) - scene.delivered()
+    owed = set(range(COMMITTED, log_end + FRESH)) - scene.delivered()
     scene.spawn("--commit", "sync")
-    missing = scene.undelivered(owed, "the third incarnation")
+    missing = scene.undelivered(owed, "the successor")
     assert missing == set(), f"never delivered after --reset-offsets {reset}: {_runs(missing)}; {scene.kafka()}"
     assert unstored == set(), (
-        f"owed when the second incarnation delivered its first fresh record, in no open range of the store:"
-        f" {_runs(unstored)} (it jumped on the mirror again: {jumped_again})"
+        f"owed when the incarnation delivered its first fresh record, in no open range of the store:"
+        f" {_runs(unstored)} (it jumped on the mirror: {jumped})"
     )
-    assert not jumped_again, "a marker of unfinished ranges must not be jumped on a second time"
+    assert not jumped, "no range may live in Kafka's commit metadata alone without the opt-in"

@@ -49,6 +49,7 @@ def _config(bootstrap: str, group: str, store_url: str) -> dict[str, Any]:
         store_url,
         **{
             "fastrecover.recovery.replay.max.offsets": 100,
+            "fastrecover.recovery.jump.on.mirror": True,
             "fastrecover.backfill.queue.max.messages": 20,
             "fastrecover.backfill.batch.size": 10,
         },

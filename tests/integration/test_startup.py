@@ -143,7 +143,8 @@ def _lag_behind_a_plain_commit(bootstrap: str, topic: str, group: str, store_url
 
 def _jumping_config(bootstrap: str, group: str, store_url: str, **extra: Any) -> dict[str, Any]:
     """A consumer whose first recovery, while its store opens, jumps on the marker (the lag is above its limit)."""
-    return parallel_config(bootstrap, group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100, **extra})
+    jumps = {"fastrecover.recovery.replay.max.offsets": 100, "fastrecover.recovery.jump.on.mirror": True}
+    return parallel_config(bootstrap, group, store_url, **{**jumps, **extra})
 
 
 def _marker_ranges(bootstrap: str, group: str, topic: str) -> tuple[int, list[tuple[int, int]]]:
@@ -169,6 +170,36 @@ def test_with_the_replay_limit_at_zero_a_recovery_waits_for_the_store_and_splits
         (report,) = consumer.recoveries
         assert report.stored and report.primary_start == LOG_END
         assert [(r.start, r.end) for r in report.new_ranges] == [(OWED_FROM, LOG_END)]
+    finally:
+        opener.cancel()
+        consumer.close()
+
+
+def test_by_default_a_lag_beyond_the_replay_limit_waits_for_the_store_and_writes_its_token_before_the_jump(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """Without ``jump.on.mirror`` no range lives in Kafka's commit metadata alone: an operator's offset reset
+    after a crash would erase it.  The deferred open is begun by the recovery, which waits for it."""
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    hold_store_opens(store_gate)
+    consumer = Consumer(config)
+    opener = threading.Timer(0.5, store_gate.set)  # the store opens while the recovery waits for it
+    got: list[Message] = []
+    try:
+        assert mode_of(consumer).link.opening, "the open is deferred: nothing has needed the store yet"
+        opener.start()
+        consumer.assign([TopicPartition(topic, 0)])
+        assert store_gate.is_set(), "the recovery waited for the store"
+        (report,) = consumer.recoveries
+        assert (report.primary_start, report.stored, report.degraded) == (LOG_END, True, False)
+        with open_store(store_url) as store:
+            (token,) = store.ranges(unique_group)
+        assert (token.span.start, token.span.end, token.state) == (OWED_FROM, LOG_END, TokenState.OPEN)
+        produce(bootstrap, topic, [f"fresh{i}" for i in range(50)], partition=0)
+        wanted = set(range(OWED_FROM, LOG_END + 50))
+        consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 30, "lag and fresh")
     finally:
         opener.cancel()
         consumer.close()

@@ -132,7 +132,12 @@ def test_a_jump_on_the_marker_keeps_the_store_closed_while_the_child_reads_early
         bootstrap,
         unique_group,
         store_url,
-        **{"fastrecover.recovery.replay.max.offsets": 100, "enable.auto.commit": True, "auto.commit.interval.ms": 200},
+        **{
+            "fastrecover.recovery.replay.max.offsets": 100,
+            "fastrecover.recovery.jump.on.mirror": True,
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 200,
+        },
     )
     consumer = Consumer(config)
     try:
