@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fastrecover.codec import MARKED_MIRROR_LIMIT, encode_mirror_full, mark, sign_mirror
+from fastrecover.codec import MARKED_MIRROR_LIMIT, Marker, encode_mirror_full, mark, sign_mirror
 from fastrecover.ranges import OffsetRange, RangeProgress
 from fastrecover.tokens import Token, TopicPartitionKey
 from fastrecover.values import record
@@ -124,6 +124,21 @@ class RangeBook:
         held = Held(token, progress, progress, parked=True)
         self._insert(held)
         return held
+
+    def keep_marker(self, key: TopicPartitionKey, group: str, marker: Marker | None) -> None:
+        """A partition that starts unplanned at its committed offset keeps what its marker owes, parked.
+
+        Those ranges may be in the commit metadata alone (the last recovery jumped on it and its
+        process died before the store had them): the primary's next commit, without them, would
+        erase them.  Parked, every commit mirrors them until a recovery can plan the partition.
+        """
+        if marker is None or not marker.ranges:
+            return
+        self.remove_partitions([key])
+        if marker.lineage is not None:
+            self.set_lineage(key, marker.lineage)
+        for entry in marker.ranges:
+            self.park(key, group, RangeProgress.fresh(entry.start, entry.end))
 
     def read_early(self, key: TopicPartitionKey) -> list[int]:
         """The primary jumped past ``key``'s parked ranges (their marker is durable): the child reads them now."""

@@ -144,11 +144,24 @@ class Handover:
                 token_ids = [t for t in token_ids if t not in taken]
             for token_id in recovered.dropped:
                 child.drop_range(token_id)
+            for key, offset in recovered.moved.items():
+                self._move(key, offset)
             # whatever the mirror's fate, the primary has skipped: the child must read what it skipped
             works = self._book.works(token_ids)
             if works:
                 self._gate.leave()
                 child.add(works)
+
+    def _move(self, key: TopicPartitionKey, offset: int) -> None:
+        """The primary of a replaying partition skips to ``offset``: the store has the ranges below it."""
+        self._parts.note_seek(key)
+        try:
+            _K.seek(self._app, TopicPartition(key.topic, key.partition, offset))
+        except KafkaException as exc:
+            # its range is in the store: the child reads it while the replay goes on (duplicates, nothing lost)
+            log.warning(
+                "%s: could not move the primary to %d after the store opened (%s); it replays on", key, offset, exc
+            )
 
     def finish_recoveries(self, wait: bool = False) -> None:
         """The store's part of the recoveries made while it opened, once it is open.
@@ -161,7 +174,9 @@ class Handover:
             return
         if wait and parts.link.opening:
             parts.link.get()
-        recovered = parts.recoverer.recover_pending(self._partitions.assigned)
+        late = parts.recoverer.late
+        positions = dict(parts.positions(late) or ()) if late else None
+        recovered = parts.recoverer.recover_pending(self._partitions.assigned, positions)
         if recovered is not None:
             self.started(recovered)
 

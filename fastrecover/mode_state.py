@@ -160,6 +160,12 @@ class ModeParts:
         self.offsets.sync(answer)
         return True
 
+    def note_seek(self, key: tuple[str, int]) -> None:
+        """Untracked records returned before a seek stay accounted for: librdkafka forgets the position."""
+        if self.offsets.untracked:
+            for known, offset in self.positions([key]) or ():
+                self.offsets.seeking(known, offset)
+
     def positions(self, keys: Iterable[tuple[str, int]]) -> list[tuple[tuple[str, int], int]] | None:
         """The primary's fetch positions that librdkafka knows (negative: none yet); None when it cannot answer."""
         try:

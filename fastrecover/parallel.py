@@ -199,14 +199,10 @@ class ParallelMode:
     def seek(self, partition: TopicPartition) -> None:
         if partition.offset >= 0 and self.child.rewind(key_of(partition), partition.offset):
             return
-        if self.offsets.untracked:
-            self.note_seek(partition)
+        key = key_of(partition)
+        self.parts.note_seek(key)
+        self.recoverer.app_seeked(key)
         _K.seek(self.app, partition)
-
-    def note_seek(self, partition: TopicPartition) -> None:
-        """Untracked records returned before a seek stay accounted for: librdkafka forgets the position."""
-        for key, offset in self.parts.positions([(partition.topic, partition.partition)]) or ():
-            self.offsets.seeking(key, offset)
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         _K.set_sasl_credentials(self.app, username, password)

@@ -183,6 +183,68 @@ def plan_partition(
     )
 
 
+#: about what the store's open takes when the caller's thread waits for it (SQLite, a 2-core machine).
+#: Left to its thread beside an application thread that holds the GIL (records that cost CPU to process),
+#: the open gets the GIL back only at the interpreter's switch interval after each of its many small reads:
+#: its 0.15 s took seconds, and a late jump's replay went on all that while.
+LATE_OPEN_S = 0.15
+
+
+def replay_outlasts_open(committed: int, log_end: int, position: int | None, elapsed: float, min_offsets: int) -> bool:
+    """Whether a replay from ``committed`` to ``log_end``, at ``position`` after ``elapsed`` seconds, would at
+    its pace so far still run when a store's open waited for now ends (:data:`LATE_OPEN_S`): its late jump
+    then waits for the open.  A replay that has returned nothing has no pace, and waits; one that will be
+    within ``min_offsets`` of the end sooner replays to the end, as a plain consumer would."""
+    at = committed if position is None else max(committed, position)
+    left, read = log_end - at, at - committed
+    return left >= min_offsets and (read <= 0 or left * elapsed > LATE_OPEN_S * read)
+
+
+def late_jump(plan: PartitionPlan, position: int, min_offsets: int) -> PartitionPlan | None:
+    """The jump of a partition that replayed while the store opened, made from where its replay got to.
+
+    ``plan`` is the partition's plan with the jump (planned from the recovery's committed offset *C*
+    and log end *E*); ``position`` is the primary's next offset: the application has been handed
+    every record below it, so the new ranges start there.  None when the rest of the lag is too
+    small to split (the replay reads it), when the plan has no jump, or when it retires ranges: their
+    owed pieces may lie anywhere, and trimming them at ``position`` could drop a record (the replay
+    goes on then, as a plain consumer's would).  Everything the plan restores or resumes is kept.
+    """
+    if plan.primary_start is None or plan.retired:
+        return None
+    trimmed = tuple(OffsetRange(max(r.start, position), r.end) for r in plan.new_ranges if r.end > position)
+    if sum(len(r) for r in trimmed) < min_offsets:
+        return None
+    return PartitionPlan(
+        primary_start=plan.primary_start,
+        new_ranges=trimmed,
+        restored=plan.restored,
+        backfill=plan.backfill,
+        fallback_start=plan.fallback_start,
+        kept=plan.kept,
+    )
+
+
+def store_floor(committed: int | None, mirrored: Sequence[RangeProgress]) -> int | None:
+    """Done ranges ending at or below this cannot matter to a recovery: its store read starts there."""
+    if committed is None:
+        return None
+    return min([committed, *(m.start for m in mirrored)])
+
+
+def needs_cluster(
+    committed: int | None, marker: Marker | None, tokens: Sequence[Token], log_end: int, min_offsets: int
+) -> bool:
+    """Whether planning a partition needs the cluster id: a lineage to compare, or new ranges to name.
+
+    A partition with no marker, no range in the store and a lag too small to split (the usual
+    first start, or a replay while the store opens) needs none, and costs no metadata request.
+    """
+    if marker is not None or tokens:
+        return True
+    return committed is not None and log_end - committed >= min_offsets
+
+
 #: the plan of a partition with no range to keep, retire or restore whose lag the primary reads
 _REPLAY = PartitionPlan(primary_start=None)
 

@@ -40,6 +40,10 @@ LATEST = -1
 EARLIEST = -2
 
 
+#: what a recovery read of each partition: its committed offset (or where auto.offset.reset starts it) and marker
+Reads = dict[TopicPartitionKey, tuple[int | None, Marker | None]]
+
+
 @value
 class PartitionInputs:
     """What recovery read for one partition before planning it."""
@@ -52,6 +56,9 @@ class PartitionInputs:
     lineage: str
     #: the primary already started at the log end on the mirror alone (see RecoveryWriter.jump_on_mirror)
     jumped: bool = False
+    #: the primary replays only because the store was not open yet: once it is, it jumps from where the
+    #: replay got to (fastrecover.recovery.late_jump)
+    late: bool = False
 
 
 class RecoveryReads:
@@ -76,6 +83,37 @@ class RecoveryReads:
         self._cluster: str | None = None
         #: auto.offset.reset sends a partition with no committed offset to its log start (see reset_starts)
         self._reset_earliest = reset_earliest
+
+    def start_points(
+        self, keys: list[TopicPartitionKey]
+    ) -> tuple[Reads, dict[TopicPartitionKey, int], dict[TopicPartitionKey, Marker | None]] | None:
+        """Each partition's committed offset (or where ``auto.offset.reset`` starts one that has none) and
+        marker, and its log end; the markers of the partitions whose log end is unavailable (they start
+        unplanned); None when the committed offsets are unavailable (nothing is planned)."""
+        try:
+            committed = self.committed(keys)
+        except KafkaException as exc:
+            log.warning(
+                "no recovery for %s: committed offsets unavailable (%s); starting as a plain consumer",
+                ", ".join(f"{k.topic}[{k.partition}]" for k in keys),
+                exc,
+            )
+            return None
+        log_ends = self.list_offsets(keys, LATEST)
+        unchecked = [k for k in keys if (c := committed.get(k)) is None or c.offset < 0]
+        checkpointed = any(tp.offset >= 0 for tp in committed.values())
+        starts_at = self.reset_starts(unchecked) if unchecked and checkpointed else {}
+        read: Reads = {}
+        unplanned: dict[TopicPartitionKey, Marker | None] = {}
+        for key in keys:
+            ctp = committed.get(key)
+            marker = self.marker(key, ctp.metadata if ctp is not None else None)
+            if key not in log_ends:
+                log.warning("no recovery for %s: its log end is unavailable; starting at the committed offset", key)
+                unplanned[key] = marker
+                continue
+            read[key] = (ctp.offset if ctp is not None and ctp.offset >= 0 else starts_at.get(key), marker)
+        return read, log_ends, unplanned
 
     def committed(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, TopicPartition]:
         """The group's committed offset (and metadata) of each partition, in one OffsetFetch.

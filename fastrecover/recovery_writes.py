@@ -67,6 +67,8 @@ class Recovered:
     renamed: dict[int, int] = field(default_factory=dict)
     #: early ranges no store token took over (the store had them done, or split): the child stops reading them
     dropped: list[int] = field(default_factory=list)
+    #: where the primaries of replaying partitions jump now that their ranges are in the store (the caller seeks)
+    moved: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
 def _warn_unwritten(

@@ -74,7 +74,7 @@ class Ticker:
         if parts.link.open_ended:
             parts.link.get()  # what the background open raised (a store behind in schema) reaches the caller here
         parts.recoverer.hold_store_while_replaying(offsets.done, book.has_early and child.has_work)
-        self._handover.finish_recoveries()
+        self._handover.finish_recoveries(wait=parts.recoverer.late_due(now, offsets.done))
         # a recovery the store has still to finish keeps the steady state: its replay runs at the plain
         # client's speed, and a tick comes at least every FAST_CALLS records or idle wait to finish it
         steady = not (streams.backfilling or router.pending or parts.partitions.holds_eof)

@@ -175,33 +175,83 @@ def test_with_the_replay_limit_at_zero_a_recovery_waits_for_the_store_and_splits
         consumer.close()
 
 
-def test_by_default_a_lag_beyond_the_replay_limit_waits_for_the_store_and_writes_its_token_before_the_jump(
+def _replaying_until_the_store_opens(
+    bootstrap: str, topic: str, group: str, store_url: str, gate: threading.Event, got: list[Message]
+) -> Consumer:
+    """A default consumer (no jump on the mirror) whose lag is above its replay limit, its store held shut:
+    it replays from C; once it has handed out ``REPLAYED`` records, the store is let open (nothing read meanwhile,
+    up to the next tick)."""
+    hold_store_opens(gate)
+    consumer = Consumer(
+        parallel_config(bootstrap, group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    )
+    consumer.assign([TopicPartition(topic, 0)])
+    (report,) = consumer.recoveries
+    assert (report.primary_start, report.stored, report.new_ranges) == (None, False, ()), "it replays first"
+    while len(got) < REPLAYED:
+        got.extend(m for m in consumer.consume(REPLAYED - len(got), 1.0) if m.error() is None)
+    assert [offset_of(m) for m in got] == list(range(OWED_FROM, OWED_FROM + REPLAYED)), "in order, from C"
+    gate.set()
+    mode = mode_of(consumer)
+    wait_for(lambda: not mode.link.opening, 30, 0.005, "the store's open (begun by the recovery)")
+    # the next call's tick takes the store's part up (the replay would outrun it with no record to process)
+    wait_for(lambda: mode.gate.tick_due(time.monotonic()), 30, 0.005, "the next tick")
+    return consumer
+
+
+REPLAYED = 100  # records the replay hands out before the store opens
+
+
+def test_by_default_a_large_lag_replays_while_the_store_opens_then_jumps_from_where_the_replay_got_to(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
 ) -> None:
-    """Without ``jump.on.mirror`` no range lives in Kafka's commit metadata alone: an operator's offset reset
-    after a crash would erase it.  The deferred open is begun by the recovery, which waits for it."""
+    """Without ``jump.on.mirror`` no range lives in Kafka's commit metadata alone (an operator's offset reset
+    after a crash would erase it), and the first fresh record still comes no later than a plain consumer's:
+    the primary replays while the store opens, and skips the rest of the lag once its token is written."""
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
-    config = parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
-    hold_store_opens(store_gate)
-    consumer = Consumer(config)
-    opener = threading.Timer(0.5, store_gate.set)  # the store opens while the recovery waits for it
     got: list[Message] = []
+    consumer = _replaying_until_the_store_opens(bootstrap, topic, unique_group, store_url, store_gate, got)
     try:
-        assert mode_of(consumer).link.opening, "the open is deferred: nothing has needed the store yet"
-        opener.start()
-        consumer.assign([TopicPartition(topic, 0)])
-        assert store_gate.is_set(), "the recovery waited for the store"
-        (report,) = consumer.recoveries
-        assert (report.primary_start, report.stored, report.degraded) == (LOG_END, True, False)
-        with open_store(store_url) as store:
-            (token,) = store.ranges(unique_group)
-        assert (token.span.start, token.span.end, token.state) == (OWED_FROM, LOG_END, TokenState.OPEN)
         produce(bootstrap, topic, [f"fresh{i}" for i in range(50)], partition=0)
         wanted = set(range(OWED_FROM, LOG_END + 50))
         consume_until(consumer, got, lambda: {offset_of(m) for m in got} >= wanted, 30, "lag and fresh")
+        late = consumer.recoveries[-1]
+        jump_from = OWED_FROM + REPLAYED
+        assert (late.primary_start, late.stored) == (LOG_END, True), "the primary skipped, the token written first"
+        assert [(r.start, r.end) for r in late.new_ranges] == [(jump_from, LOG_END)], "from where the replay was"
+        with open_store(store_url) as store:
+            (token,) = store.ranges(unique_group)
+        assert (token.span.start, token.span.end) == (jump_from, LOG_END)
+        assert sorted(offset_of(m) for m in got) == sorted(wanted), "every record once: none skipped, none twice"
     finally:
-        opener.cancel()
+        consumer.close()
+
+
+def test_a_partition_the_application_seeks_while_it_replays_does_not_jump(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, store_gate: threading.Event
+) -> None:
+    """Its primary reads where the application told it to; no range is made of what lies after."""
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    got: list[Message] = []
+    hold_store_opens(store_gate)
+    consumer = Consumer(
+        parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consume_until(consumer, got, lambda: len(got) >= 10, 30, "the first replayed records")
+        consumer.seek(TopicPartition(topic, 0, OWED_FROM))  # the application reads the lag again, from C
+        store_gate.set()
+        wait_for(lambda: not mode_of(consumer).link.opening, 30, 0.005, "the store's open")
+        again: list[Message] = []
+        consume_until(consumer, again, lambda: LOG_END - 1 in {offset_of(m) for m in again}, 30, "the lag again")
+        assert [offset_of(m) for m in again] == list(range(OWED_FROM, LOG_END)), "the primary read it all, in order"
+        assert all(r.primary_start is None for r in consumer.recoveries), "no jump"
+        with open_store(store_url) as store:
+            assert store.ranges(unique_group) == []
+    finally:
         consumer.close()
 
 

@@ -11,7 +11,18 @@ from hypothesis import strategies as st
 
 from fastrecover.codec import Marker
 from fastrecover.ranges import OffsetRange, RangeProgress
-from fastrecover.recovery import LEGACY, UNTRUSTED, PartitionPlan, Trust, plan_partition, this_cluster, trust_of
+from fastrecover.recovery import (
+    LATE_OPEN_S,
+    LEGACY,
+    UNTRUSTED,
+    PartitionPlan,
+    Trust,
+    late_jump,
+    plan_partition,
+    replay_outlasts_open,
+    this_cluster,
+    trust_of,
+)
 from fastrecover.tokens import Token, TokenState
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -261,6 +272,68 @@ def test_a_partition_without_ranges_is_planned_as_the_general_path_plans_it(
     short = plan_partition(trust=trust, **given)  # type: ignore[arg-type]
     general = plan_partition(trust=trust, store_tokens=[superseded], **given)  # type: ignore[arg-type]
     assert short == general
+
+
+@settings(max_examples=400)
+@given(scenarios(), st.integers(-1, 420), st.sampled_from([LEGACY, UNTRUSTED]))
+def test_a_late_jump_skips_nothing_the_replay_has_not_handed_out(
+    scenario: dict[str, object], position: int, trust: Trust
+) -> None:
+    """From the replay's position to the log end every offset is the primary's, a range's, or a done range's."""
+    min_offsets = scenario["min_offsets"]
+    store_tokens: list[Token] = scenario["store_tokens"]  # type: ignore[assignment]
+    assert isinstance(min_offsets, int)
+    jump = plan_partition(trust=trust, **scenario)  # type: ignore[arg-type]
+    late = late_jump(jump, position, min_offsets)
+    left = offsets(jump.new_ranges) - set(range(-1, position))  # what the replay has not handed out
+    if late is None:
+        assert jump.primary_start is None or jump.retired or len(left) < min_offsets
+        return
+    assert late.primary_start == jump.primary_start is not None
+    assert (late.restored, late.backfill, late.kept, late.retired) == (jump.restored, jump.backfill, jump.kept, ())
+    assert late.lag >= min_offsets
+    for r in late.new_ranges:
+        assert len(r) > 0 and r.start >= position
+    for a, b in pairwise(late.new_ranges):
+        assert a.end <= b.start
+    taken = [t.span for t in store_tokens if not t.is_superseded] + [r.span for r in late.restored]
+    covered = offsets(late.new_ranges) | offsets(taken)
+    committed = scenario["committed"]
+    assert isinstance(committed, int) and late.primary_start is not None  # a plan with a jump has both
+    assert set(range(max(position, committed), late.primary_start)) <= covered
+    assert offsets(late.new_ranges) == left, "only what the replay handed out is left out"
+
+
+def test_a_replay_that_catches_up_before_an_open_would_end_runs_on_and_a_slow_one_waits_for_the_open() -> None:
+    # 100k records behind: 60k read in 0.05 s, the other 40k take about 0.03 s more: sooner than an open
+    assert not replay_outlasts_open(0, 100_000, 60_000, 0.05, 100)
+    # 1M behind, 60k read in 0.05 s: about 0.8 s more
+    assert replay_outlasts_open(0, 1_000_000, 60_000, 0.05, 100)
+    # records that cost 10 ms each to process: 5 read in 0.05 s
+    assert replay_outlasts_open(0, 300, 5, 0.05, 10)
+    assert replay_outlasts_open(0, 300, None, 0.05, 10), "nothing returned yet: no pace, it waits"
+    assert not replay_outlasts_open(0, 300, 295, 0.05, 10), "within backfill.min.offsets of the end"
+
+
+@settings(max_examples=300)
+@given(st.integers(0, 1_000), st.integers(0, 10_000), st.integers(0, 10_000), st.floats(0.001, 10), st.integers(1, 500))
+def test_a_replay_outlasts_the_open_exactly_when_its_pace_says_so(
+    committed: int, lag: int, read: int, elapsed: float, min_offsets: int
+) -> None:
+    position = committed + min(read, lag)
+    left = committed + lag - position
+    # the time the rest takes at the pace so far (left / read * elapsed), compared without a division
+    expected = left >= min_offsets and (position == committed or left * elapsed > LATE_OPEN_S * (position - committed))
+    assert replay_outlasts_open(committed, committed + lag, position, elapsed, min_offsets) == expected
+
+
+def test_a_late_jump_starts_its_range_at_the_replays_position() -> None:
+    jump = plan_partition(committed=100, log_end=1_000, min_offsets=50, trust=UNTRUSTED)
+    assert late_jump(jump, 130, 50) == PartitionPlan(
+        primary_start=1_000, new_ranges=(OffsetRange(130, 1_000),), fallback_start=100
+    )
+    assert late_jump(jump, 960, 50) is None, "the replay reads the last 40 records itself"
+    assert late_jump(plan_partition(committed=100, log_end=1_000, min_offsets=2_000, trust=UNTRUSTED), 130, 50) is None
 
 
 @settings(max_examples=400)

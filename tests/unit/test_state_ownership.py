@@ -76,6 +76,10 @@ RECORDS: dict[tuple[str, str], str] = {
         "fastrecover.recovery_writes.Recovered",
         "dropped",
     ): "a recovery's outcome: the recoverer names the early ranges no store token took over",
+    (
+        "fastrecover.recovery_writes.Recovered",
+        "moved",
+    ): "a recovery's outcome: the recoverer names the primaries a late jump moves, once their tokens are written",
 }
 
 

@@ -160,7 +160,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0.5,
         help="share of incarnations whose store opens only when a recovery needs it: half of them keep the "
         "library's fastrecover.recovery.replay.max.offsets (a small lag is replayed while the store opens), half "
-        "set it to 50 (a larger lag begins the open and waits for it); the others open it at once (default 0.5)",
+        "set it to 50 (a larger lag is replayed until the store is open, then jumps late); the others open it at "
+        "once (default 0.5)",
     )
     p.add_argument("--work-us", type=int, default=0, help="simulated processing time per record")
     p.add_argument("--seed", type=int, help="random seed (default: random)")

@@ -139,8 +139,8 @@ class ChaosConfig:
     #: one operator action every this many kills
     operator_every: int = 10
     #: share of incarnations that do not wait for the store at their first recovery: fastrecover.recovery.
-    #: replay.max.offsets is one of REPLAY_LIMITS (a small lag is replayed, a larger one begins the deferred
-    #: store's open and waits for it); the others set 0 and open the store at once, as the tests do
+    #: replay.max.offsets is one of REPLAY_LIMITS (a small lag is replayed, a larger one too while the store
+    #: opens, then jumps late from where the replay got to); the others set 0 and open the store at once
     replay_share: float = 0.0
     #: share of uptimes that end in a freeze instead of a kill: the incarnation is SIGSTOPped for a time
     #: drawn from ``freeze_s`` (beyond ``session_ms`` the group moves its partitions on without it), then
@@ -501,7 +501,7 @@ class ChaosDriver:
             argv += ["--fail-child-after", str(self.rng.randint(1, 5))]
         if c.replay_share and self._startup_rng.random() < c.replay_share:
             # half with the library's default (a chaos lag is rarely above it: a replay), half with a limit the
-            # lags pass, so that the recovery begins the deferred store's open itself and waits for it
+            # lags pass, so that the recovery replays while the store opens and then jumps late
             limit = REPLAY_LIMITS[self._startup_rng.randrange(len(REPLAY_LIMITS))]
             argv += ["--set", f"fastrecover.recovery.replay.max.offsets={limit}"]
         if c.group_protocol != "classic":
