@@ -61,12 +61,12 @@ STORE_OPEN_AFTER_REPLAY_S = 0.5
 class _OpensStoreAfter(Recoverer):
     """A :class:`Recoverer` whose recoveries let a deferred store open begin (:meth:`StoreLink.open_soon`).
 
-    The open is deferred when a small lag may be replayed without it (see
-    :attr:`Settings.defers_store_open`); a recovery that needs the store begins the open itself and
-    waits for it.  After a recovery it begins a little later, once the records that recovery set
-    flowing were delivered: a replay's lag, or the ranges of a jump on the mirror that the child reads
-    early (their progress waits in memory for the store).  Begun at once after a jump, the open's CPU
-    under the GIL halved the child's rate while it read a 100k lag, which drained at 0.45 of plain's rate.
+    The open is deferred when a lag may be replayed without it (see :attr:`Settings.defers_store_open`);
+    what needs the store (a marker of unfinished ranges, a late jump whose replay would outlast the open)
+    begins it at once.  Otherwise it begins a little later, once the records that recovery set flowing
+    were delivered: a replay's lag, or the ranges of a jump on the mirror that the child reads early
+    (their progress waits in memory for the store).  Begun at once after a jump, the open's CPU under
+    the GIL halved the child's rate while it read a 100k lag, which drained at 0.45 of plain's rate.
     """
 
     def recover(self, partitions: list[TopicPartition]) -> Recovered:

@@ -135,11 +135,11 @@ class Recoverer:
         opening = not owed and self._settings.replay_max_offsets > 0 and self._link.opening
         replay = opening and self._replays_first(read, log_ends)
         on_mirror = opening and not replay and self._jumps_on_mirror()
-        # a larger lag is replayed too while the store opens, which begins now: once it is open, the primary
-        # jumps from where its replay got to (recover_pending), the tokens written first
+        # a larger lag is replayed too while the store is not open: once it is (opened as for a replay, or at
+        # once when the replay's pace says it would outlast the open: late_due), the primary jumps from where
+        # its replay got to (recover_pending), the tokens written first
         late = opening and not replay and not on_mirror
         if late:
-            self._link.open_soon()
             self._late_since = time.monotonic()
             replay = True
         store = None if replay or on_mirror else self._link.get()

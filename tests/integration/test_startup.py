@@ -193,7 +193,7 @@ def _replaying_until_the_store_opens(
     assert [offset_of(m) for m in got] == list(range(OWED_FROM, OWED_FROM + REPLAYED)), "in order, from C"
     gate.set()
     mode = mode_of(consumer)
-    wait_for(lambda: not mode.link.opening, 30, 0.005, "the store's open (begun by the recovery)")
+    wait_for(lambda: not mode.link.opening, 30, 0.005, "the store's open (deferred: 0.5 s after the recovery)")
     # the next call's tick takes the store's part up (the replay would outrun it with no record to process)
     wait_for(lambda: mode.gate.tick_due(time.monotonic()), 30, 0.005, "the next tick")
     return consumer
