@@ -35,6 +35,10 @@ __all__ = ["Consumer", "RecoveryReport"]
 
 _K = _KafkaConsumer
 _NUMBER = (int, float)
+#: the mode-on primary's fetch.queue.backoff.ms unless the application sets it (the child's too: config.py).
+#: A late jump seeks a primary whose queue a replay filled; librdkafka keeps its fetches backed off that long
+#: after the seek (1 s by default), and the first fresh records of a 1M-lag restart waited 0.45 s for it.
+PRIMARY_FETCH_QUEUE_BACKOFF_MS = 20
 #: librdkafka's own words when store_offsets() is called with enable.auto.offset.store=true
 _STORE_WITH_AUTO_STORE = "StoreOffsets failed: Local: Invalid argument or configuration"
 
@@ -77,6 +81,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
             # We store the primary's offsets ourselves, one call late and with the range mirror:
             # a record counts as done once the application comes back for more.
             primary_conf["enable.auto.offset.store"] = False
+        primary_conf.setdefault("fetch.queue.backoff.ms", PRIMARY_FETCH_QUEUE_BACKOFF_MS)  # see the constant
         try:
             super().__init__(primary_conf)
             advise_static_membership(conf)
