@@ -175,17 +175,24 @@ def test_with_the_replay_limit_at_zero_a_recovery_waits_for_the_store_and_splits
         consumer.close()
 
 
+def _late_consumer(bootstrap: str, topic: str, group: str, store_url: str, gate: threading.Event) -> Consumer:
+    """A default consumer (no jump on the mirror) assigned partition 0, whose lag is above its replay limit,
+    its store's open held until ``gate`` is set."""
+    hold_store_opens(gate)
+    consumer = Consumer(
+        parallel_config(bootstrap, group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
+    )
+    consumer.assign([TopicPartition(topic, 0)])
+    return consumer
+
+
 def _replaying_until_the_store_opens(
     bootstrap: str, topic: str, group: str, store_url: str, gate: threading.Event, got: list[Message]
 ) -> Consumer:
     """A default consumer (no jump on the mirror) whose lag is above its replay limit, its store held shut:
     it replays from C; once it has handed out ``REPLAYED`` records, the store is let open (nothing read meanwhile,
     up to the next tick)."""
-    hold_store_opens(gate)
-    consumer = Consumer(
-        parallel_config(bootstrap, group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
-    )
-    consumer.assign([TopicPartition(topic, 0)])
+    consumer = _late_consumer(bootstrap, topic, group, store_url, gate)
     (report,) = consumer.recoveries
     assert (report.primary_start, report.stored, report.new_ranges) == (None, False, ()), "it replays first"
     while len(got) < REPLAYED:
@@ -235,12 +242,8 @@ def test_a_partition_the_application_seeks_while_it_replays_does_not_jump(
     topic = topic_factory(partitions=1)
     _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
     got: list[Message] = []
-    hold_store_opens(store_gate)
-    consumer = Consumer(
-        parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.recovery.replay.max.offsets": 100})
-    )
+    consumer = _late_consumer(bootstrap, topic, unique_group, store_url, store_gate)
     try:
-        consumer.assign([TopicPartition(topic, 0)])
         consume_until(consumer, got, lambda: len(got) >= 10, 30, "the first replayed records")
         consumer.seek(TopicPartition(topic, 0, OWED_FROM))  # the application reads the lag again, from C
         store_gate.set()
