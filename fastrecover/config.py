@@ -165,8 +165,8 @@ KEYS: dict[str, _Key] = {
         10_000,
         _int_parser(0, 2**62),
         "While the store is still opening (the first recovery after start), a lag up to this is replayed by the "
-        "primary instead of waiting for the store; a larger one waits for the store's open (see "
-        "fastrecover.recovery.jump.on.mirror). 0 makes every recovery wait for the store.",
+        "primary instead of waiting for the store; a larger one too, until the store is open: then the primary "
+        "skips from where its replay got to, the range written first. 0 makes every recovery wait for the store.",
     ),
     "fastrecover.recovery.jump.on.mirror": _Key(
         False,

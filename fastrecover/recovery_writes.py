@@ -3,8 +3,8 @@
 Every partition's tokens go to the store in ONE transaction (retired ranges,
 new ones, restored ones, claims), and only once it committed do the ranges
 enter the book and the primaries' starts move past the committed offset.  While
-the store is still opening, a lag too large to replay is made durable in Kafka's
-commit metadata instead (:meth:`RecoveryWriter.jump_on_mirror`).  When the store
+the store is still opening and ``fastrecover.recovery.jump.on.mirror`` is on, a lag too large to replay
+is made durable in Kafka's commit metadata instead (:meth:`RecoveryWriter.jump_on_mirror`).  When the store
 is down or the transaction rolls back, the known ranges stay parked in the
 commit-metadata mirror and the partition starts at its committed offset: slower,
 never lossy.  :class:`RecoveryReport` and :class:`Recovered` are what
