@@ -324,9 +324,11 @@ class Recoverer:
         # the primary is past their lag: what they hold parked (the marker's mirror, read early by the child)
         # stays, progress and all, until the store has it
         early = {k: self._book.held(k) for k in jumped}
-        plans = self._plans({k: g for k, g in inputs.items() if not g.jumped}, stored, cluster, _NO_JUMP)
-        plans.update(self._plans(jumped, stored, cluster, self._settings.backfill_min_offsets))
+        # a late partition that jumps now is not planned again as a replay
         moving = self._late_jumps(inputs, stored, cluster, positions or {})
+        rest = {k: g for k, g in inputs.items() if not g.jumped and k not in moving}
+        plans = self._plans(rest, stored, cluster, _NO_JUMP)
+        plans.update(self._plans(jumped, stored, cluster, self._settings.backfill_min_offsets))
         plans.update(moving)
         starts = self._writer.execute(store, plans, inputs, out, at_assignment=False)
         failed = any(not r.stored for r in self.reports[before:])

@@ -247,12 +247,12 @@ def _recover_crash_and_reset(scene: Scene, reset: str, committed: int, log_end: 
     operator resets the offsets the way kafka-consumer-groups does; a successor must deliver every record."""
     release, resume = scene.workdir / "release-store", scene.workdir / "resume"
     fresh_after = ("--first-fresh-after", str(time.time()))  # every record produced from now on is fresh
-    second = scene.spawn(*_commit_at(log_end + FRESH), *fresh_after, hold=release, pause_at_fresh=resume)
+    proc = scene.spawn(*_commit_at(log_end + FRESH), *fresh_after, hold=release, pause_at_fresh=resume)
     produced = False
 
     def first_fresh_delivered() -> bool:
         nonlocal produced
-        names = _names(second)
+        names = _names(proc)
         if "store-open" in names:
             release.touch()
         if "recovery" in names and not produced:
@@ -261,15 +261,15 @@ def _recover_crash_and_reset(scene: Scene, reset: str, committed: int, log_end: 
         return "fresh" in names
 
     wait_for(first_fresh_delivered, DEADLINE, 0.01, "the incarnation's first fresh record")
-    reports = [e for e in second.events if e["event"] == "recovery"]
+    reports = [e for e in proc.events if e["event"] == "recovery"]
     assert (reports[0]["committed"], reports[0]["log_end"]) == (committed, log_end), "it recovered the lag"
     # at once (the recovery waited for the store), or from where its replay got to once the store opened
     assert any(r["primary_start"] == log_end for r in reports), f"it skipped part of the lag: {reports}"
     # paused right after it finished its first fresh record: the store as it was then
     unstored = set(range(COMMITTED, log_end)) - scene.delivered() - scene.open_tokens()
-    jumped = "mirror-jump" in _names(second)
+    jumped = "mirror-jump" in _names(proc)
     resume.touch()
-    _commit_fresh_and_crash(scene, second, log_end + FRESH)
+    _commit_fresh_and_crash(scene, proc, log_end + FRESH)
     assert set(range(COMMITTED, log_end)) - scene.delivered(), "the crash must leave records of the ranges owed"
 
     target = log_end + FRESH - (SHIFT if reset == "shift-by" else 0)
