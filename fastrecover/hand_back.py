@@ -10,12 +10,14 @@ and on close).
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover import hooks
+from fastrecover.codec import lineage_cluster, new_lineage
 from fastrecover.errors import StoreError
 from fastrecover.mode_state import ModeParts, key_of
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
@@ -169,24 +171,36 @@ class HandBack:
         return True
 
     def _record_done(self, store: RangeStore, key: TopicPartitionKey, span: OffsetRange) -> None:
-        """Done tokens over what the primary processed in ``span``, outside every range the store knows."""
+        """Done tokens over what the primary processed in ``span``, outside every range the store knows.
+
+        Written under a new lineage, which also adopts the partition's ranges of the current one, in one
+        transaction; the handed-back offset's marker then names it.  A marker committed before (one a
+        Kafka snapshot restore brings back) names the old lineage and vouches for none of these done
+        tokens: the primary's records above its offset may not be in the restored log, and whatever the
+        restored log holds there now was never read.
+        """
         if len(span) == 0:
             return
-        known = [
-            t.span for t in store.partition_ranges(self._parts.group, key.topic, key.partition, ending_after=span.start)
-        ]
-        for gap in subtract(span, known):
-            token = store.create_range(
-                self._parts.group,
-                key.topic,
-                key.partition,
-                gap.start,
-                gap.end,
-                self._parts.owner,
-                self._book.lineage(key),
-            )
-            # a token that already starts there (a concurrent writer) is not ours to finish
-            if token.is_open and token.owner == self._parts.owner and token.span == gap:
-                store.commit_one(
-                    ProgressUpdate(token.id, self._parts.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end))
+        group = self._parts.group
+        known = store.partition_ranges(group, key.topic, key.partition, ending_after=span.start)
+        gaps = subtract(span, [t.span for t in known])
+        if not gaps:
+            return
+        lineage = self._book.lineage(key)
+        renewed = None if lineage is None else new_lineage(lineage_cluster(lineage), os.urandom(8))
+        with store.transaction(f"handing {key} back"):
+            if renewed is not None:
+                store.adopt([t.id for t in known if t.lineage == lineage and not t.is_superseded], renewed)
+            for gap in gaps:
+                token = store.create_range(
+                    group, key.topic, key.partition, gap.start, gap.end, self._parts.owner, renewed
                 )
+                # a token that already starts there (a concurrent writer) is not ours to finish
+                if token.is_open and token.owner == self._parts.owner and token.span == gap:
+                    store.commit_one(
+                        ProgressUpdate(
+                            token.id, self._parts.owner, token.epoch, RangeProgress(gap.start, gap.end, gap.end)
+                        )
+                    )
+        if renewed is not None:
+            self._book.set_lineage(key, renewed)

@@ -162,15 +162,17 @@ class Recoverer:
                 return out
             cluster = found
         inputs: dict[TopicPartitionKey, PartitionInputs] = {}
-        # one draw for every partition: os.urandom lets go of the GIL at each call, and any other thread
-        # of the process may take it then (in a profiled recovery of 2,048 partitions, 2,048 calls took 0.06 s)
-        nonces = os.urandom(_NONCE_BYTES * len(read))
-        for i, (key, (offset, marker)) in enumerate(read.items()):
+        # Every recovery starts a lineage of its own, drawn after the log ends were read, and adopts into it
+        # the ranges it keeps: a marker then vouches only for ranges written before it was committed.  A
+        # committed offset restored with its old marker (a Kafka snapshot restored, a topic and its group's
+        # offsets restored from a backup) names an older lineage, and the ranges written since, which may
+        # cover offsets that now hold records produced after the restore, are retired, never believed.
+        # One draw for all partitions: os.urandom lets go of the GIL, and any other thread may take it then.
+        lineage = new_lineage(cluster, os.urandom(_NONCE_BYTES))
+        for key, (offset, marker) in read.items():
             try:
                 trust = trust_of(offset, marker, cluster)
                 mirrored = list(marker.ranges) if marker is not None and self._settings.commit_mirror else []
-                nonce = nonces[i * _NONCE_BYTES : (i + 1) * _NONCE_BYTES]
-                lineage = trust.lineage or new_lineage(cluster, nonce)
                 inputs[key] = PartitionInputs(offset, log_ends[key], mirrored, trust, lineage)
             except (CodecError, ValueError, OverflowError, TypeError) as exc:
                 self._give_up(key, exc)
@@ -309,10 +311,9 @@ class Recoverer:
             # a lineage drawn before the cluster was asked names none: the ranges claimed, restored or
             # adopted now must carry this cluster's, or its own later recoveries would take them for
             # another cluster's and never read them
+            renewed = new_lineage(cluster, os.urandom(_NONCE_BYTES))
             inputs = {
-                k: g
-                if g.trust.lineage is not None or lineage_cluster(g.lineage) == cluster
-                else replace(g, lineage=new_lineage(cluster, os.urandom(8)))
+                k: g if lineage_cluster(g.lineage) == cluster else replace(g, lineage=renewed)
                 for k, g in inputs.items()
             }
         self.pending = {}

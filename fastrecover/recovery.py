@@ -14,9 +14,10 @@ above it describe offsets that are no longer what they were, and a *done* range
 there would skip records for ever.  So a range counts only while the offset is
 *vouched* for it: fastrecover writes a marker (:func:`fastrecover.codec.mark`)
 with every offset it commits for a partition with ranges, naming the partition's
-*lineage* (the cluster id and a nonce that every range of the run of recoveries
-carries) and the offset itself.  :func:`trust_of` reads that marker against the
-offset; :func:`plan_partition` then
+*lineage* (the cluster id and a nonce, drawn anew by every recovery and hand-back
+that writes ranges, which stamp every range they keep with it) and the offset
+itself: a marker vouches only for ranges written before it was committed.
+:func:`trust_of` reads that marker against the offset; :func:`plan_partition` then
 
 * believes ranges of the vouched lineage, as before;
 * *retires* every other range that reaches to or above the committed offset

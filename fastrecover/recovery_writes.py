@@ -103,6 +103,17 @@ def _warn_unwritten(
         )
 
 
+def _foreign(
+    plans: dict[TopicPartitionKey, PartitionPlan], inputs: dict[TopicPartitionKey, PartitionInputs]
+) -> dict[str, list[int]]:
+    """The kept ranges whose lineage is not their recovery's, by the lineage that adopts them: one statement each."""
+    out: dict[str, list[int]] = {}
+    for key, plan in plans.items():
+        lineage = inputs[key].lineage
+        out.setdefault(lineage, []).extend(t.id for t in plan.kept if t.lineage != lineage)
+    return {lineage: ids for lineage, ids in out.items() if ids}
+
+
 class RecoveryWriter:
     """Writes what recovery planned, on the caller's thread, and keeps a report of each partition."""
 
@@ -134,6 +145,9 @@ class RecoveryWriter:
                 with store.transaction(f"recovering {len(plans)} partition(s)"):
                     # retired first: a new range may start where a superseded one started
                     store.retire([t.id for plan in plans.values() for t in plan.retired])
+                    # the ranges kept are adopted into this recovery's lineage, whatever theirs was (see recoverer)
+                    for lineage, ids in _foreign(plans, inputs).items():
+                        store.adopt(ids, lineage)
                     created = store.create_ranges(
                         self._group,
                         [(k.topic, k.partition, r.start, r.end) for k, plan in plans.items() for r in plan.new_ranges],
@@ -330,11 +344,8 @@ class RecoveryWriter:
         adds them to the book only once the transaction committed.
         """
         held: list[Token] = []
-        # the ranges kept from another lineage (older than lineages, or owed below the committed offset);
-        # the store is asked only when there are some (a recovery of thousands of partitions has few)
+        # the ranges kept from another lineage, adopted into this one already (execute)
         foreign = {t.id for t in plan.kept if t.lineage != lineage}
-        if foreign:
-            store.adopt(sorted(foreign), lineage)
         retired: set[int] = set()
         for progress in plan.restored:
             log.warning(

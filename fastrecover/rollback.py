@@ -57,7 +57,7 @@ class PartitionRollback:
 
     ``kafka_before`` is None when the group had no committed offset there;
     ``target`` is None when Kafka's offset is already at or below every open
-    range's committed offset (only the tokens are deleted then).
+    range's committed offset, and when there is none (only the tokens are deleted then).
     ``mirrored`` are the spans only the commit-metadata mirror names.
     """
 
@@ -79,7 +79,11 @@ def plan_rollback(
     """Pure: per partition with unfinished ranges, where Kafka's offset must go (never forwards).
 
     ``mirror_only`` are spans the mirror names and the store does not know at all;
-    they are unfinished from their start.
+    they are unfinished from their start.  A partition with no committed offset gets none:
+    no offset vouches for its ranges (a re-created topic, a deleted group, expired offsets), and
+    one set from them would make a plain consumer skip the records below it that
+    ``auto.offset.reset=earliest`` reads.  Its consumers start where that setting says, as a
+    recovery's would.
     """
     by_partition: dict[tuple[str, int], list[Token]] = {}
     for token in open_tokens:
@@ -92,7 +96,7 @@ def plan_rollback(
         spans = lost.get((topic, partition), ())
         lowest = min([t.progress.committed for t in tokens] + [span.start for span in spans])
         before = kafka.get((topic, partition))
-        target = lowest if before is None or lowest < before else None
+        target = lowest if before is not None and lowest < before else None
         ids = tuple(sorted(t.id for t in tokens))
         plans.append(PartitionRollback(topic, partition, before, lowest, target, ids, mirrored=spans))
     return plans
@@ -292,6 +296,10 @@ def read_properties(lines: Iterable[str], name: str) -> dict[str, str]:
 ROLLBACK_HEADER = ("TOPIC", "PART", "KAFKA OFFSET", "LOWEST UNFINISHED", "NEW OFFSET", "OPEN RANGES", "RESULT")
 
 
+def _kept(p: PartitionRollback) -> str:
+    return "already lower" if p.kafka_before is not None else "no offset: auto.offset.reset decides"
+
+
 def format_rollback(plans: Sequence[PartitionRollback], errors: Mapping[tuple[str, int], str], *, dry_run: bool) -> str:
     """Pure: the table ``fastrecover rollback`` prints, one line per partition, with what happened to it."""
     rows = []
@@ -300,16 +308,16 @@ def format_rollback(plans: Sequence[PartitionRollback], errors: Mapping[tuple[st
         if error:
             result = f"FAILED: {printable(error)}"
         elif dry_run:
-            result = "would move back" if p.target is not None else "would keep (already lower)"
+            result = "would move back" if p.target is not None else f"would keep ({_kept(p)})"
         else:
-            result = "moved back" if p.target is not None else "kept (already lower)"
+            result = "moved back" if p.target is not None else f"kept ({_kept(p)})"
         rows.append(
             (
                 printable(p.topic),
                 str(p.partition),
                 "-" if p.kafka_before is None else str(p.kafka_before),
                 str(p.lowest_unfinished),
-                str(p.target if p.target is not None else p.kafka_before),
+                str(p.target) if p.target is not None else "-" if p.kafka_before is None else str(p.kafka_before),
                 ", ".join([f"#{i}" for i in p.token_ids] + [f"mirror [{r.start}, {r.end})" for r in p.mirrored]),
                 result,
             )

@@ -141,3 +141,26 @@ def consume_until(consumer: Consumer, sink: list[Message], done: Any, timeout: f
         return bool(done())
 
     wait_for(step, timeout, interval=0.001, what=what)
+
+
+def delivered_from(bootstrap: str, topic: str, group: str, store_url: str, wanted: set[int]) -> set[int]:
+    """Offsets a new fastrecover consumer of ``group`` delivers until it has every one of ``wanted``.
+
+    Fails naming how many of ``wanted`` never came, and the first of them.
+    """
+    consumer = Consumer(parallel_config(bootstrap, group, store_url))
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+
+        def complete() -> bool:
+            return {offset_of(m) for m in got} >= wanted
+
+        try:
+            consume_until(consumer, got, complete, 90, f"{len(wanted)} records from offset {min(wanted)}")
+        except Exception as exc:
+            missing = sorted(wanted - {offset_of(m) for m in got})
+            raise AssertionError(f"{len(missing)} records never delivered, from {missing[:5]}...") from exc
+    finally:
+        consumer.close()
+    return {offset_of(m) for m in got}

@@ -29,7 +29,15 @@ from fastrecover.store.updates import ProgressUpdate
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import create_topic, delete_topic, group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import consume_until, group_offsets, mode_of, offset_of, parallel_config, poll_until
+from tests.integration.helpers import (
+    consume_until,
+    delivered_from,
+    group_offsets,
+    mode_of,
+    offset_of,
+    parallel_config,
+    poll_until,
+)
 
 LOG_END = 1_100
 FIRST_COMMIT = 100
@@ -75,26 +83,6 @@ def _finish_a_range(bootstrap: str, topic: str, group: str, store_url: str) -> N
     wait_for(lambda: group_is_empty(bootstrap, group), 30, 0.2, "the first consumer to leave")
 
 
-def _delivered_from(bootstrap: str, topic: str, group: str, store_url: str, wanted: set[int]) -> set[int]:
-    """Offsets a new fastrecover consumer of ``group`` delivers until it has every one of ``wanted``."""
-    consumer = Consumer(parallel_config(bootstrap, group, store_url))
-    got: list[Message] = []
-    try:
-        consumer.subscribe([topic])
-
-        def complete() -> bool:
-            return {offset_of(m) for m in got} >= wanted
-
-        try:
-            consume_until(consumer, got, complete, 90, f"{len(wanted)} records from offset {min(wanted)}")
-        except Exception as exc:
-            missing = sorted(wanted - {offset_of(m) for m in got})
-            raise AssertionError(f"{len(missing)} records never delivered, from {missing[:5]}...") from exc
-    finally:
-        consumer.close()
-    return {offset_of(m) for m in got}
-
-
 def _superseded(store_url: str, group: str) -> list[tuple[int, int]]:
     with open_store(store_url) as store:
         return [(t.span.start, t.span.end) for t in store.ranges(group) if t.is_superseded]
@@ -132,7 +120,7 @@ def test_an_offset_reset_below_a_finished_range_delivers_every_record_again(
     assert 0 <= target < FIRST_COMMIT + 500, f"the reset goes below the finished range's end ({target})"
     _reset_offset(bootstrap, unique_group, topic, target)
 
-    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(target, LOG_END)))
+    delivered = delivered_from(bootstrap, topic, unique_group, store_url, set(range(target, LOG_END)))
 
     assert set(range(target, LOG_END)) <= delivered
     assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, LOG_END)], "the old range is kept for audit"
@@ -161,7 +149,7 @@ def test_a_reset_into_an_open_range_still_delivers_what_the_range_owed_below_it(
     assert token.is_open and token.progress.committed == FIRST_COMMIT, "nothing of the range was delivered"
     _reset_offset(bootstrap, unique_group, topic, 1_500)
 
-    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(FIRST_COMMIT, 2_000)))
+    delivered = delivered_from(bootstrap, topic, unique_group, store_url, set(range(FIRST_COMMIT, 2_000)))
 
     assert set(range(FIRST_COMMIT, 2_000)) <= delivered
     assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, 2_000)], "the straddling range is retired"
@@ -180,7 +168,7 @@ def test_a_re_created_topic_is_not_hidden_by_the_old_incarnations_ranges(
         # the group's offsets went with the old topic; it consumed the new one to 500, then crashed
         _commit_plain(bootstrap, unique_group, topic, 500)
 
-        delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(500, 3_000)))
+        delivered = delivered_from(bootstrap, topic, unique_group, store_url, set(range(500, 3_000)))
 
         assert set(range(500, 3_000)) <= delivered
         assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, LOG_END)]
@@ -202,7 +190,7 @@ def test_ranges_of_another_cluster_sharing_the_store_are_neither_believed_nor_re
             ProgressUpdate(token.id, "other-member", token.epoch, RangeProgress(FIRST_COMMIT, LOG_END, LOG_END))
         )
 
-    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(FIRST_COMMIT, LOG_END)))
+    delivered = delivered_from(bootstrap, topic, unique_group, store_url, set(range(FIRST_COMMIT, LOG_END)))
 
     assert set(range(FIRST_COMMIT, LOG_END)) <= delivered
     with open_store(store_url) as store:
@@ -235,7 +223,7 @@ def test_a_range_fastrecover_vouched_for_is_still_not_read_twice(
     assert offset.offset == handed_back.progress.committed, "hand-back moved Kafka's offset down to the range"
     assert (offset.metadata or "").startswith("fr2:"), "with fastrecover's marker"
 
-    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(offset.offset, 20_000)))
+    delivered = delivered_from(bootstrap, topic, unique_group, store_url, set(range(offset.offset, 20_000)))
 
     assert set(range(offset.offset, 20_000)) <= delivered
     assert _superseded(store_url, unique_group) == [], "nothing was retired"
@@ -291,7 +279,7 @@ def test_a_backup_from_before_a_reset_does_not_excuse_what_the_reset_asked_for_a
     assert marked.offset == LOG_END + 1 and (marked.metadata or "").startswith("fr2:"), "the marker mirrors [0, 1100)"
     _restore(store_url, unique_group, backup)
 
-    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(LOG_END)))
+    delivered = delivered_from(bootstrap, topic, unique_group, store_url, set(range(LOG_END)))
 
     assert set(range(LOG_END)) <= delivered
 
@@ -354,7 +342,7 @@ def test_a_deleted_group_whose_name_is_reused_starts_afresh(
     (future,) = admin.delete_consumer_groups([unique_group], request_timeout=30).values()
     future.result(timeout=30)
 
-    delivered = _delivered_from(bootstrap, topic, unique_group, store_url, set(range(LOG_END)))
+    delivered = delivered_from(bootstrap, topic, unique_group, store_url, set(range(LOG_END)))
 
     assert set(range(LOG_END)) <= delivered, "auto.offset.reset=earliest: everything, as for a plain consumer"
     assert _superseded(store_url, unique_group) == [(FIRST_COMMIT, LOG_END)], "the old group's range is retired"

@@ -13,7 +13,7 @@ from confluent_kafka import TopicPartition
 from fastrecover.cli import main
 from fastrecover.codec import new_lineage
 from fastrecover.store import open_store
-from fastrecover_tools.testing.broker import group_is_empty, produce
+from fastrecover_tools.testing.broker import create_topic, delete_topic, group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.helpers import SESSION_MS, group_offsets, lag_after_crash
 from tests.integration.procs import WorkerProcess
@@ -230,3 +230,60 @@ def test_rollback_leaves_the_ranges_of_another_cluster_sharing_the_store(
         assert [t.id for t in store.open_ranges(unique_group)] == [theirs.id]
         assert store.get(theirs.id).owner == "far"
     assert f"#{ours.id}" in out and f"#{theirs.id}" not in out
+
+
+def test_rollback_after_a_re_created_topic_leaves_the_new_topic_to_auto_offset_reset(
+    bootstrap: str, unique_group: str, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An open range of the topic's old incarnation sets no offset on the new one: a plain consumer reads it all.
+
+    Kafka deleted the group's offsets with the old topic, so nothing vouches for the range; an offset set
+    from its progress made the plain consumer skip the new topic's records below it, which nobody had read.
+    """
+    topic = f"t-rollback-recreated-{unique_group[-20:]}"
+    create_topic(bootstrap, topic, 1)
+    try:
+        plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
+        try:
+            here = plain.list_topics(timeout=30).cluster_id
+        finally:
+            plain.close()
+        with open_store(store_url) as store:
+            old = store.create_range(unique_group, topic, 0, 100, LOG_END, "gone", new_lineage(here, os.urandom(8)))
+        delete_topic(bootstrap, topic)
+        create_topic(bootstrap, topic, 1)
+        produce(bootstrap, topic, [f"new{i}" for i in range(LOG_END)], partition=0)
+
+        code, out, err = _rollback(
+            capsys, "--group", unique_group, "--store-url", store_url, "--bootstrap-servers", bootstrap
+        )
+
+        assert code == 0, err
+        (after,) = group_offsets(bootstrap, unique_group, topic)
+        reader = PlainConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": unique_group, "auto.offset.reset": "earliest"}
+        )
+        got: set[int] = set()
+        try:
+            reader.subscribe([topic])
+
+            def read_all() -> bool:
+                for msg in reader.consume(500, 0.2):
+                    offset = msg.offset()
+                    if msg.error() is None and offset is not None:
+                        got.add(offset)
+                return got >= set(range(LOG_END))
+
+            try:
+                wait_for(read_all, 30, 0.001, "the plain consumer to read the new topic")
+            except TimeoutError as exc:
+                missing = sorted(set(range(LOG_END)) - got)
+                raise AssertionError(f"{len(missing)} records never delivered, from {missing[:5]}") from exc
+        finally:
+            reader.close()
+        assert after.offset < 0, f"no offset set from the old incarnation's range (it is {after.offset})"
+        assert f"#{old.id}" in out and "no offset: auto.offset.reset decides" in out
+        with open_store(store_url) as store:
+            assert store.open_ranges(unique_group) == [], "the range is folded away"
+    finally:
+        delete_topic(bootstrap, topic)

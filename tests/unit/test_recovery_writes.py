@@ -72,3 +72,36 @@ def test_an_open_range_of_another_lineage_there_is_retired_and_what_it_owed_beyo
     # [0, 340) owed nothing outside [0, 3418): nothing to carry, and it is read once, in the restored range
     assert held == [OffsetRange(0, 3418), OffsetRange(3434, 3472)]
     assert [r[1] for r in rows if r[0] == OffsetRange(0, 340)] == ["superseded"]
+
+
+def test_a_recovery_adopts_the_ranges_it_keeps_into_its_own_lineage(tmp_path: Path) -> None:
+    """Kept ranges of the vouched lineage, done or open, on every partition, take the recovery's new lineage.
+
+    So a marker committed before this recovery (one a Kafka snapshot restore brings back) vouches for
+    none of them, nor for the range the recovery writes.
+    """
+    cluster = "c"
+    vouched, fresh = new_lineage(cluster, os.urandom(8)), new_lineage(cluster, os.urandom(8))
+    other = TopicPartitionKey("t", 3)
+    with open_store(f"sqlite:///{tmp_path / 'ranges.db'}") as store:
+        done = store.create_range(GROUP, KEY.topic, KEY.partition, 100, 200, "gone", vouched)
+        _finish(store, done.id, "gone")
+        store.create_range(GROUP, other.topic, other.partition, 100, 200, "gone", vouched)
+        plans, inputs = {}, {}
+        for key in (KEY, other):
+            tokens = store.partition_ranges(GROUP, key.topic, key.partition)
+            plans[key] = plan_partition(
+                committed=100, log_end=500, min_offsets=20, store_tokens=tokens, trust=Trust(lineage=vouched)
+            )
+            assert [t.id for t in plans[key].kept] == [t.id for t in tokens], "the marker vouches for it: kept"
+            inputs[key] = PartitionInputs(100, 500, [], Trust(lineage=vouched), fresh)
+        writer = RecoveryWriter(None, RangeBook(GROUP), GROUP, OWNER)  # type: ignore[arg-type]
+        starts = writer.execute(store, plans, inputs, Recovered([], [], [], {}))
+        assert starts == {KEY: 500, other: 500}
+        rows = {(t.topic, t.partition, t.span.start): (t.state.value, t.lineage) for t in store.ranges(GROUP)}
+    assert rows == {
+        (KEY.topic, KEY.partition, 100): ("done", fresh),
+        (KEY.topic, KEY.partition, 200): ("open", fresh),
+        (other.topic, other.partition, 100): ("open", fresh),
+        (other.topic, other.partition, 200): ("open", fresh),
+    }

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from fastrecover.book import mirror_context
 from fastrecover.codec import encode_mirror, mark, new_lineage
 from fastrecover.ranges import OffsetRange, RangeProgress
-from fastrecover.rollback import mirror_only_spans, plan_rollback
+from fastrecover.rollback import format_rollback, mirror_only_spans, plan_rollback
 from fastrecover.tokens import Token, TokenState, TopicPartitionKey
 
 
@@ -26,9 +26,15 @@ def test_moves_back_to_the_lowest_open_committed_offset() -> None:
     assert by_partition[1].lowest_unfinished == 20
 
 
-def test_no_kafka_offset_is_set_to_the_lowest_unfinished() -> None:
+def test_no_kafka_offset_gets_none_from_the_ranges() -> None:
+    """No offset vouches for the ranges (a re-created topic, a deleted group): auto.offset.reset decides.
+
+    An offset set to the range's progress would make a plain consumer skip the records below it that
+    ``earliest`` reads (on a re-created topic, records nobody ever read).
+    """
     (plan,) = plan_rollback([_token(1, 0, 10, 300, 50)], {})
-    assert plan.kafka_before is None and plan.target == 50
+    assert (plan.kafka_before, plan.target, plan.token_ids) == (None, None, (1,))
+    assert "no offset: auto.offset.reset decides" in format_rollback([plan], {}, dry_run=False)
 
 
 def test_done_tokens_are_ignored() -> None:
@@ -45,13 +51,14 @@ def test_never_forwards_and_covers_every_unfinished_offset(
     tokens = [_token(i + 1, p, s, s + n, s + n // 2, done=d) for i, (p, s, n, d) in enumerate(raw)]
     kafka = {("t", p): o for p, o in kafka_raw.items()}
     for plan in plan_rollback(tokens, kafka):
-        after = plan.target if plan.target is not None else plan.kafka_before
-        assert after is not None
-        if plan.kafka_before is not None:
-            assert after <= plan.kafka_before
         open_here = [t for t in tokens if t.is_open and t.partition == plan.partition]
-        assert after <= min(t.progress.committed for t in open_here)
         assert set(plan.token_ids) == {t.id for t in open_here}
+        if plan.kafka_before is None:
+            assert plan.target is None, "no offset vouches for the ranges: none is set from them"
+            continue
+        after = plan.target if plan.target is not None else plan.kafka_before
+        assert after <= plan.kafka_before
+        assert after <= min(t.progress.committed for t in open_here)
 
 
 def _mirror(group: str, partition: int, *ranges: RangeProgress, key: bytes | None = None) -> str:
