@@ -51,7 +51,7 @@ class PartitionInputs:
     committed: int | None
     log_end: int
     mirrored: list[RangeProgress]
-    #: which ranges the committed offset vouches for, and the lineage this recovery continues or starts
+    #: which ranges the committed offset vouches for, and the new lineage this recovery writes and keeps them in
     trust: Trust
     lineage: str
     #: the primary already started at the log end on the mirror alone (see RecoveryWriter.jump_on_mirror)

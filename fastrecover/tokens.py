@@ -50,8 +50,8 @@ class Token:
     owner: str | None = None
     epoch: int = 0
     state: TokenState = TokenState.OPEN
-    #: ``<cluster id>/<nonce>``: the run of recoveries that vouches for this range (see
-    #: :mod:`fastrecover.lineage`); None for ranges written before lineages existed
+    #: ``<cluster id>/<nonce>``: the recovery (or hand-back) that last wrote or kept this range (see
+    #: :mod:`fastrecover.recovery`); None for ranges written before lineages existed
     lineage: str | None = None
 
     @property
