@@ -10,16 +10,14 @@ and on close).
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover import hooks
-from fastrecover.codec import lineage_cluster, new_lineage
 from fastrecover.errors import StoreError
-from fastrecover.mode_state import ModeParts, key_of
+from fastrecover.mode_state import ModeParts, key_of, renewed_lineage
 from fastrecover.ranges import OffsetRange, RangeProgress, subtract
 from fastrecover.store import ProgressUpdate
 from fastrecover.tokens import TopicPartitionKey
@@ -187,7 +185,7 @@ class HandBack:
         if not gaps:
             return
         lineage = self._book.lineage(key)
-        renewed = None if lineage is None else new_lineage(lineage_cluster(lineage), os.urandom(8))
+        renewed = None if lineage is None else renewed_lineage(lineage)
         with store.transaction(f"handing {key} back"):
             if renewed is not None:
                 store.adopt([t.id for t in known if t.lineage == lineage and not t.is_superseded], renewed)

@@ -89,6 +89,11 @@ class _OpensStoreAfter(Recoverer):
             self._link.postpone(STORE_OPEN_AFTER_REPLAY_S)
 
 
+def renewed_lineage(lineage: str) -> str:
+    """A new lineage of ``lineage``'s cluster, for ranges and commits that ``lineage``'s markers must not vouch for."""
+    return new_lineage(lineage_cluster(lineage), os.urandom(8))
+
+
 class ModeParts:
     """The units and settings of one mode-on consumer (``app`` is the application's object); never reassigned."""
 
@@ -216,7 +221,7 @@ class ModeParts:
         top = max(h.token.span.end for h in self.book.held(key))
         if offset >= top:
             return
-        renewed = new_lineage(lineage_cluster(lineage), os.urandom(8))
+        renewed = renewed_lineage(lineage)
         self.book.set_lineage(key, renewed)
         self._lineage_renewed[key] = renewed
         log.warning(

@@ -103,15 +103,18 @@ def _warn_unwritten(
         )
 
 
-def _foreign(
-    plans: dict[TopicPartitionKey, PartitionPlan], inputs: dict[TopicPartitionKey, PartitionInputs]
-) -> dict[str, list[int]]:
-    """The kept ranges whose lineage is not their recovery's, by the lineage that adopts them: one statement each."""
-    out: dict[str, list[int]] = {}
-    for key, plan in plans.items():
-        lineage = inputs[key].lineage
-        out.setdefault(lineage, []).extend(t.id for t in plan.kept if t.lineage != lineage)
-    return {lineage: ids for lineage, ids in out.items() if ids}
+def _adopt(
+    store: RangeStore, plans: dict[TopicPartitionKey, PartitionPlan], inputs: dict[TopicPartitionKey, PartitionInputs]
+) -> dict[TopicPartitionKey, set[int]]:
+    """Adopt each partition's kept ranges of another lineage into its recovery's; returns them by partition."""
+    foreign = {k: {t.id for t in plan.kept if t.lineage != inputs[k].lineage} for k, plan in plans.items()}
+    by_lineage: dict[str, list[int]] = {}
+    for key, taken in foreign.items():
+        by_lineage.setdefault(inputs[key].lineage, []).extend(taken)
+    for lineage, ids in by_lineage.items():
+        if ids:
+            store.adopt(ids, lineage)
+    return foreign
 
 
 class RecoveryWriter:
@@ -146,8 +149,7 @@ class RecoveryWriter:
                     # retired first: a new range may start where a superseded one started
                     store.retire([t.id for plan in plans.values() for t in plan.retired])
                     # the ranges kept are adopted into this recovery's lineage, whatever theirs was (see recoverer)
-                    for lineage, ids in _foreign(plans, inputs).items():
-                        store.adopt(ids, lineage)
+                    foreign = _adopt(store, plans, inputs)
                     created = store.create_ranges(
                         self._group,
                         [(k.topic, k.partition, r.start, r.end) for k, plan in plans.items() for r in plan.new_ranges],
@@ -155,7 +157,7 @@ class RecoveryWriter:
                         {(k.topic, k.partition): inputs[k].lineage for k in plans},
                     )
                     persisted = {
-                        key: self._persist(store, key, plan, created, inputs[key].lineage)
+                        key: self._persist(store, key, plan, created, inputs[key].lineage, foreign[key])
                         for key, plan in plans.items()
                     }
             except (StoreError, ValueError, OverflowError, TypeError) as exc:
@@ -335,17 +337,17 @@ class RecoveryWriter:
         plan: PartitionPlan,
         created: dict[tuple[str, int, int], Token],
         lineage: str,
+        foreign: set[int],
     ) -> list[Token]:
         """Persist restored and new ranges and claim open ones (inside the caller's transaction).
 
         ``created`` holds the tokens of the plan's new ranges, inserted for every partition at
         once; what they do not cover (a concurrent writer's range at the same start) is
-        created here, one by one.  Returns the open tokens this member now holds; the caller
-        adds them to the book only once the transaction committed.
+        created here, one by one.  ``foreign`` are the kept ranges :func:`_adopt` took from
+        another lineage.  Returns the open tokens this member now holds; the caller adds them
+        to the book only once the transaction committed.
         """
         held: list[Token] = []
-        # the ranges kept from another lineage, adopted into this one already (execute)
-        foreign = {t.id for t in plan.kept if t.lineage != lineage}
         retired: set[int] = set()
         for progress in plan.restored:
             log.warning(

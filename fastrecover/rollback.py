@@ -311,13 +311,14 @@ def format_rollback(plans: Sequence[PartitionRollback], errors: Mapping[tuple[st
             result = "would move back" if p.target is not None else f"would keep ({_kept(p)})"
         else:
             result = "moved back" if p.target is not None else f"kept ({_kept(p)})"
+        after = p.target if p.target is not None else p.kafka_before
         rows.append(
             (
                 printable(p.topic),
                 str(p.partition),
                 "-" if p.kafka_before is None else str(p.kafka_before),
                 str(p.lowest_unfinished),
-                str(p.target) if p.target is not None else "-" if p.kafka_before is None else str(p.kafka_before),
+                "-" if after is None else str(after),
                 ", ".join([f"#{i}" for i in p.token_ids] + [f"mirror [{r.start}, {r.end})" for r in p.mirrored]),
                 result,
             )
