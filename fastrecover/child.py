@@ -14,22 +14,26 @@ delivered only once :meth:`ChildReader.take` hands it to the application; record
 when a partition is paused, sought or revoked are given back by seeking the handle to the head's
 delivery cursor, so none is skipped.
 
-The client calls (assign, seek, pause, watermarks) sit in :class:`~fastrecover.child_handle.ChildHandle`.
+The client calls sit in :class:`~fastrecover.child_handle.ChildHandle`, the records fetched and not
+handed out in :class:`~fastrecover.child_buffer.FetchBuffer`.  A call on the handle that fails is
+the child's failure, never its caller's (:meth:`ChildReader._guard`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover import hooks
-from fastrecover.batches import ChildEvent, GapEvent, Run, Segment, SkipEvent, batch_offsets, cut_batch, partition_runs
+from fastrecover.batches import ChildEvent, GapEvent, Run, SkipEvent, partition_runs
 from fastrecover.book import RangeWork
+from fastrecover.child_buffer import FetchBuffer
 from fastrecover.child_handle import ChildHandle
 from fastrecover.tokens import TopicPartitionKey
 
@@ -54,7 +58,7 @@ class ChildReader:
         self._batch = batch_size
         self._work: dict[TopicPartitionKey, deque[RangeWork]] = {}
         self._paused: set[TopicPartitionKey] = set()
-        self._segments: deque[Segment] = deque()
+        self._buffer = FetchBuffer()
         self._events: list[ChildEvent] = []
         self._finished: list[tuple[int, TopicPartitionKey]] = []
         self.failure: BaseException | None = None
@@ -78,7 +82,7 @@ class ChildReader:
         return set(self._work)
 
     def buffered(self) -> int:
-        return sum(len(s.msgs) - s.pos for s in self._segments)
+        return self._buffer.count()
 
     def set_credentials(self, username: str, password: str) -> None:
         self._h.set_credentials(username, password)
@@ -87,25 +91,25 @@ class ChildReader:
 
     def add(self, works: Iterable[RangeWork]) -> None:
         """Queue ranges; a partition reads its ranges one after the other, lowest first."""
-        self._ensure_handle()
-        fetching = self._h.assigned()  # asked once: each call copies the whole assignment
-        starts: list[RangeWork] = []
-        for item in sorted(works, key=lambda w: w.next_offset):
-            if item.next_offset >= item.end:
-                continue
-            queue = self._work.get(item.key)
-            if queue is None:
-                self._work[item.key] = deque([item])
-                # No log-start round trip here: a start that retention removed comes back as an
-                # offset-out-of-range event (auto.offset.reset=error), and _on_error asks then.
-                self._start(item, assigned=item.key in fetching, check_low=False, into=starts)
-            elif all(w.token_id != item.token_id for w in queue):
-                head = queue.popleft()
-                rest = sorted([*queue, item], key=lambda w: w.next_offset)
-                queue.clear()
-                queue.append(head)
-                queue.extend(rest)
-        self._h.assign([(w.key, w.next_offset) for w in starts], self._paused)
+        with self._guard():
+            self._ensure_handle()
+            fetching = self._h.assigned()  # asked once: each call copies the whole assignment
+            starts: list[RangeWork] = []
+            for item in sorted(works, key=lambda w: w.next_offset):
+                if item.next_offset >= item.end:
+                    continue
+                queue = self._work.get(item.key)
+                if queue is None:
+                    self._work[item.key] = deque([item])
+                    # No log-start round trip here: a start that retention removed comes back as an
+                    # offset-out-of-range event (auto.offset.reset=error), and _on_error asks then.
+                    self._start(item, assigned=item.key in fetching, check_low=False, into=starts)
+                elif all(w.token_id != item.token_id for w in queue):
+                    head = queue.popleft()
+                    rest = sorted([*queue, item], key=lambda w: w.next_offset)
+                    queue.clear()
+                    queue.extend([head, *rest])
+            self._h.assign([(w.key, w.next_offset) for w in starts], self._paused)
 
     def drop(self, keys: Iterable[TopicPartitionKey]) -> None:
         """Partitions leave this member: forget their ranges and buffered records."""
@@ -115,7 +119,8 @@ class ChildReader:
         self._purge(set(gone), rewind=False)
         for key in gone:
             del self._work[key]
-        self._h.unassign(gone)
+        with self._guard():
+            self._h.unassign(gone)
 
     def drop_range(self, token_id: int) -> None:
         """A range was fenced or finished elsewhere: stop reading it."""
@@ -123,7 +128,8 @@ class ChildReader:
             if queue and queue[0].token_id == token_id:
                 self._purge({key}, rewind=False)
                 queue.popleft()
-                self._next_range(key)
+                with self._guard():
+                    self._next_range(key)
             else:
                 for w in [w for w in queue if w.token_id == token_id]:
                     queue.remove(w)
@@ -139,17 +145,19 @@ class ChildReader:
         self._paused |= keys
         mine = {k for k in keys if k in self._work}
         if mine:
-            self._purge(mine, rewind=True)
-            self._h.set_paused(mine, True)
+            with self._guard():
+                self._purge(mine, rewind=True)
+                self._h.set_paused(mine, True)
 
     def resume(self, keys: Iterable[TopicPartitionKey]) -> None:
         keys = set(keys)
         self._paused -= keys
         mine = [k for k in keys if k in self._work]
         if mine:
-            self._h.set_paused(mine, False)
-            for key in mine:  # records fetched while paused were ignored: fetch them again
-                self._seek(self._work[key][0])
+            with self._guard():
+                self._h.set_paused(mine, False)
+                for key in mine:  # records fetched while paused were ignored: fetch them again
+                    self._seek(self._work[key][0])
 
     def rewind(self, key: TopicPartitionKey, offset: int) -> bool:
         """An application seek to ``offset``: True when a range of this member holds it.
@@ -170,7 +178,8 @@ class ChildReader:
             head.next_offset = offset
             head.skip = frozenset(o for o in head.skip if o >= offset)
             head.fetched_all = False
-            self._seek(head)
+            with self._guard():
+                self._seek(head)
             return True
         return any(w.start <= offset < w.end for w in queue)
 
@@ -194,36 +203,29 @@ class ChildReader:
         """Up to ``limit`` backfill records, never blocking; with the runs they form per range.
 
         The handle is asked for ``batch size`` records at a time, as often as ``limit``
-        needs and as long as librdkafka has records ready.
+        needs and as long as librdkafka has records ready.  Records taken before a call on
+        the handle failed are returned all the same (:meth:`_guard`).
         """
         out: list[Message] = []
         runs: list[Run] = []
-        fetches = 0
-        while len(out) < limit:
-            if not self._segments:
-                if fetches * self._batch >= limit or self.failure is not None:
-                    break
-                if any(isinstance(e, SkipEvent) for e in self._events):
-                    # retention moved a cursor: the caller must count the skip (drain_events)
-                    # before records past it are handed out and stored
-                    break
-                self._advance_read_heads()
-                if not self._work:
-                    break
-                self._fetch(self._batch, wait if fetches == 0 else 0.0)
-                fetches += 1
-                if not self._segments:
-                    break  # nothing ready now
-            seg = self._segments[0]
-            stop = min(len(seg.msgs), seg.pos + limit - len(out))
-            out.extend(seg.msgs[seg.pos : stop])
-            work = seg.work
-            first, last = seg.offsets[seg.pos], seg.offsets[stop - 1]
-            runs.append(Run(work.token_id, work.key, first, last))
-            work.next_offset = last + 1
-            seg.pos = stop
-            if stop == len(seg.msgs):
-                self._segments.popleft()
+        with self._guard():
+            fetches = 0
+            while len(out) < limit:
+                if not self._buffer:
+                    if fetches * self._batch >= limit or self.failure is not None:
+                        break
+                    if any(isinstance(e, SkipEvent) for e in self._events):
+                        # retention moved a cursor: the caller must count the skip (drain_events)
+                        # before records past it are handed out and stored
+                        break
+                    self._advance_read_heads()
+                    if not self._work:
+                        break
+                    self._fetch(self._batch, wait if fetches == 0 else 0.0)
+                    fetches += 1
+                    if not self._buffer:
+                        break  # nothing ready now
+                self._buffer.hand_out(limit, out, runs)
         self.records_delivered += len(out)
         return out, runs
 
@@ -252,17 +254,7 @@ class ChildReader:
         head = queue[0]
         if head.fetched_all:
             return  # the fetcher moved past the range; a seek to the next range is pending
-        offsets = batch_offsets(msgs)
-        cut = cut_batch(offsets, head.fetch_next, head.end)
-        self._events.extend(GapEvent(head.token_id, start, end) for start, end in cut.gaps)
-        head.fetch_next, head.fetched_all = cut.fetch_next, cut.fetched_all
-        if cut.lo < cut.hi:
-            kept, kept_offsets = msgs[cut.lo : cut.hi], offsets[cut.lo : cut.hi]
-            if head.skip:
-                pairs = [(m, o) for m, o in zip(kept, kept_offsets, strict=True) if o not in head.skip]
-                kept, kept_offsets = [m for m, _ in pairs], [o for _, o in pairs]
-            if kept:
-                self._segments.append(Segment(head, kept, kept_offsets))
+        self._events.extend(GapEvent(head.token_id, start, end) for start, end in self._buffer.accept(head, msgs))
 
     def _advance_read_heads(self) -> None:
         """Heads fetched to their end and fully handed out are done: move to the next range."""
@@ -297,14 +289,10 @@ class ChildReader:
                     work.fetch_next = work.end
 
     def _split_errors(self, msgs: list[Message]) -> list[Message]:
-        records = []
         for msg in msgs:
-            err = msg.error()
-            if err is None:
-                records.append(msg)
-            else:
+            if (err := msg.error()) is not None:
                 self._on_error(msg, err)
-        return records
+        return [m for m in msgs if m.error() is None]
 
     def _on_error(self, msg: Message, err: KafkaError) -> None:
         if err.code() == KafkaError._AUTO_OFFSET_RESET and msg.topic() is not None:
@@ -335,18 +323,32 @@ class ChildReader:
 
     def cluster_id(self, topic: str) -> str | None:
         """The Kafka cluster's id, asked through the child's handle (created for it if need be)."""
-        self._ensure_handle()
-        return self._h.cluster_id(topic)
+        with self._guard():
+            self._ensure_handle()
+            return self._h.cluster_id(topic)
+        return None
 
     def restart(self) -> None:
         """Replace a failed handle; every range resumes from its delivery cursor."""
-        self._segments.clear()
-        self._ensure_handle()
+        self._buffer.clear()
+        with self._guard():
+            self._ensure_handle()
 
     def _fail(self, exc: BaseException) -> None:
         log.error("child consumer failed: %r; it is replaced from the ranges' progress", exc)
         self.failure = exc
-        self._segments.clear()
+        self._buffer.clear()
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """A call on the handle that raises makes the child fail; the next tick replaces the handle, which
+        resumes every range from its cursor.  Raised, it cost the application the primary's records that
+        ``consume()`` had taken before the child's, or (in a rebalance callback) confluent_kafka's batch.
+        """
+        try:
+            yield
+        except Exception as exc:
+            self._fail(exc)
 
     def _start(
         self, work: RangeWork, assigned: bool | None = None, check_low: bool = True, into: list[RangeWork] | None = None
@@ -383,18 +385,13 @@ class ChildReader:
 
     def _purge(self, keys: set[TopicPartitionKey], rewind: bool) -> None:
         """Give back buffered records of ``keys``; with ``rewind`` the handle re-fetches them."""
-        kept = deque(s for s in self._segments if s.work.key not in keys)
-        if len(kept) == len(self._segments):
-            return
-        purged = [s for s in self._segments if s.work.key in keys]
-        self._segments = kept
-        if rewind:
-            for work in {id(s.work): s.work for s in purged}.values():
+        for work in self._buffer.purge(keys):
+            if rewind:
                 work.fetched_all = False
                 self._seek(work)
 
     def close(self) -> None:
         """Close the handle explicitly (never leave a handle to the garbage collector)."""
-        self._segments.clear()
+        self._buffer.clear()
         self._work.clear()
         self._h.close()

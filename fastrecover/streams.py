@@ -128,14 +128,14 @@ class Streams:
         """
         child = self._child
         while True:
-            out: list[Message] = self.ready_eof[:num]
-            del self.ready_eof[: len(out)]
+            eof = self.ready_eof[:num]
             share = 0 if num == 1 and self.turn else max(1, num // 2)
             self.turn = not self.turn
-            # the primary first: if it raises (a callback, a fatal error) nothing was taken from the child
-            out.extend(
-                self.note_batch(_K.consume(self._app, max(0, num - len(out) - share), 0)) if len(out) < num else []
-            )
+            # the primary first: if it raises (a callback, a fatal error) nothing was taken from the child,
+            # nor from the EOF events; the child's failures never raise here (ChildReader._guard)
+            primary = _K.consume(self._app, max(0, num - len(eof) - share), 0) if len(eof) < num else []
+            del self.ready_eof[: len(eof)]
+            out: list[Message] = [*eof, *self.note_batch(primary)]
             if len(out) < num:
                 msgs, runs = child.take(num - len(out))
                 out.extend(self.note_child(msgs, runs))
