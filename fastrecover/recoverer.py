@@ -122,7 +122,9 @@ class Recoverer:
         points = self._reads.start_points(keys)
         if points is None:
             return out
-        read, log_ends, unplanned = points
+        read, log_ends, unplanned, rewound = points
+        for tp in todo:  # read again from the log start, whatever the plan: see RecoveryReads._rewind_synced
+            tp.offset = rewound.get(TopicPartitionKey(tp.topic, tp.partition), tp.offset)
         for key, marker in unplanned.items():
             self._book.keep_marker(key, self._group, marker)
         for key in read:

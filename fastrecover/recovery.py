@@ -89,6 +89,22 @@ def trust_of(committed: int | None, marker: Marker | None, cluster: str) -> Trus
     return Trust(lineage=marker.lineage)
 
 
+def synced_from_elsewhere(marker: Marker | None, cluster: str) -> bool:
+    """The committed offset carries another cluster's marker, which lists ranges unfinished there.
+
+    Only a copy puts it on this cluster: MirrorMaker 2's offset sync (the offset translated, the
+    metadata as committed), or a cluster's group offsets restored into a new cluster.  The source
+    group's child had not finished those ranges, and their records lie below the offset at positions
+    this cluster's offsets cannot be matched to: nothing below the offset may be taken as read.
+    """
+    return (
+        marker is not None
+        and marker.lineage is not None
+        and bool(marker.ranges)
+        and lineage_cluster(marker.lineage) != cluster
+    )
+
+
 def this_cluster(tokens: Iterable[Token], cluster: str) -> list[Token]:
     """The tokens of the cluster labelled ``cluster`` (and those older than lineages, which name none)."""
     return [t for t in tokens if t.lineage is None or lineage_cluster(t.lineage) == cluster]

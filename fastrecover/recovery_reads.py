@@ -4,8 +4,9 @@
 is asked through the primary's handle with confluent_kafka's own methods (never
 fastrecover's overrides), once for all partitions of a recovery where the broker
 allows: committed offsets, log ends, and log starts where ``auto.offset.reset``
-sends a partition there.  The store is read in one statement.  A failed read
-costs speed, never a record (each method says how).
+sends a partition there or an offset synced from another cluster must be read
+again.  The store is read in one statement.  A failed read costs speed, never a
+record (each method says how).
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.book import mirror_context
-from fastrecover.codec import Marker, cluster_label, read_marker
+from fastrecover.codec import Marker, cluster_label, lineage_cluster, read_marker
 from fastrecover.config import Settings
 from fastrecover.errors import CodecError, StoreError
 from fastrecover.ranges import RangeProgress
-from fastrecover.recovery import Trust
+from fastrecover.recovery import Trust, synced_from_elsewhere
 from fastrecover.tokens import Token, TopicPartitionKey
 from fastrecover.values import value
 
@@ -86,10 +87,14 @@ class RecoveryReads:
 
     def start_points(
         self, keys: list[TopicPartitionKey]
-    ) -> tuple[Reads, dict[TopicPartitionKey, int], dict[TopicPartitionKey, Marker | None]] | None:
+    ) -> (
+        tuple[Reads, dict[TopicPartitionKey, int], dict[TopicPartitionKey, Marker | None], dict[TopicPartitionKey, int]]
+        | None
+    ):
         """Each partition's committed offset (or where ``auto.offset.reset`` starts one that has none) and
         marker, and its log end; the markers of the partitions whose log end is unavailable (they start
-        unplanned); None when the committed offsets are unavailable (nothing is planned)."""
+        unplanned); where the primaries of offsets synced from another cluster start (:meth:`_rewind_synced`);
+        None when the committed offsets are unavailable (nothing is planned)."""
         try:
             committed = self.committed(keys)
         except KafkaException as exc:
@@ -113,7 +118,39 @@ class RecoveryReads:
                 unplanned[key] = marker
                 continue
             read[key] = (ctp.offset if ctp is not None and ctp.offset >= 0 else starts_at.get(key), marker)
-        return read, log_ends, unplanned
+        return read, log_ends, unplanned, self._rewind_synced(read, unplanned, keys[0].topic)
+
+    def _rewind_synced(
+        self, read: Reads, unplanned: dict[TopicPartitionKey, Marker | None], topic: str
+    ) -> dict[TopicPartitionKey, int]:
+        """Partitions whose committed offset was synced from another cluster above ranges unfinished there
+        (:func:`~fastrecover.recovery.synced_from_elsewhere`) are read again from their log start.
+
+        Their entry in ``read`` takes the log start as the checkpoint and drops the marker (its ranges are in
+        the other cluster's offsets); the returned start moves the primary there whatever the plan (the
+        log start's logical offset where it is unknown).  The cluster is asked only when a marker lists
+        ranges, which a recovery then needs anyway.
+        """
+        markers = {**{k: m for k, (_, m) in read.items()}, **unplanned}
+        if not any(m is not None and m.lineage is not None and m.ranges for m in markers.values()):
+            return {}
+        cluster = self.cluster_label(topic)
+        synced = [k for k, m in markers.items() if cluster is not None and synced_from_elsewhere(m, cluster)]
+        starts = self.list_offsets(synced, EARLIEST) if synced else {}
+        for key in synced:
+            marker = markers[key]
+            log.warning(
+                "%s: Kafka's committed offset was copied from another cluster (%s) above ranges unfinished there "
+                "(MirrorMaker 2's offset sync, a restore into a new cluster); reading the partition again from "
+                "its log start so that no record is skipped (duplicates of what was read there)",
+                key,
+                lineage_cluster(marker.lineage) if marker is not None and marker.lineage else "?",
+            )
+            if key in read:
+                read[key] = (starts.get(key), None)
+            else:
+                unplanned[key] = None
+        return {k: starts.get(k, OFFSET_BEGINNING) for k in synced}
 
     def committed(self, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, TopicPartition]:
         """The group's committed offset (and metadata) of each partition, in one OffsetFetch.

@@ -16,6 +16,10 @@ offset does not vouch for) count too, from their start: the mirror is
 untrusted, so it may only move an offset back, which costs duplicates at worst.  Done tokens stay: they record
 finished work.  A plain consumer then re-reads from there: duplicates (records
 the primary or the child had already finished above that offset), never loss.
+An offset never goes below the partition's log start: one there would send a plain
+consumer to ``auto.offset.reset``, and under ``latest`` past everything retention
+left.  A committed offset synced from another cluster above ranges unfinished there
+(MirrorMaker 2: ``recovery.synced_from_elsewhere``) moves back to the log start.
 
 It refuses to run while the group has members: a live fastrecover consumer
 would keep writing both logs, and Kafka itself refuses to alter the offsets of
@@ -31,14 +35,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from fastrecover.book import mirror_context
 from fastrecover.codec import cluster_label, read_marker
 from fastrecover.errors import BrokerUnavailableError as BrokerUnavailableError  # re-exported: it was defined here
 from fastrecover.errors import CodecError, ConfigError, FastRecoverError, StateError
 from fastrecover.ranges import OffsetRange, subtract
-from fastrecover.recovery import this_cluster, trust_of
+from fastrecover.recovery import synced_from_elsewhere, this_cluster, trust_of
 from fastrecover.tables import format_table, printable
 from fastrecover.tokens import Token, TopicPartitionKey
 
@@ -75,6 +79,7 @@ def plan_rollback(
     open_tokens: Sequence[Token],
     kafka: Mapping[tuple[str, int], int | None],
     mirror_only: Mapping[tuple[str, int], Sequence[OffsetRange]] | None = None,
+    log_starts: Mapping[tuple[str, int], int] | None = None,
 ) -> list[PartitionRollback]:
     """Pure: per partition with unfinished ranges, where Kafka's offset must go (never forwards).
 
@@ -83,7 +88,8 @@ def plan_rollback(
     no offset vouches for its ranges (a re-created topic, a deleted group, expired offsets), and
     one set from them would make a plain consumer skip the records below it that
     ``auto.offset.reset=earliest`` reads.  Its consumers start where that setting says, as a
-    recovery's would.
+    recovery's would.  No target lies below the partition's log start (``log_starts``), where
+    the records below it went.
     """
     by_partition: dict[tuple[str, int], list[Token]] = {}
     for token in open_tokens:
@@ -96,7 +102,8 @@ def plan_rollback(
         spans = lost.get((topic, partition), ())
         lowest = min([t.progress.committed for t in tokens] + [span.start for span in spans])
         before = kafka.get((topic, partition))
-        target = lowest if before is not None and lowest < before else None
+        floor = max(lowest, (log_starts or {}).get((topic, partition), lowest))
+        target = floor if before is not None and floor < before else None
         ids = tuple(sorted(t.id for t in tokens))
         plans.append(PartitionRollback(topic, partition, before, lowest, target, ids, mirrored=spans))
     return plans
@@ -109,6 +116,7 @@ def mirror_only_spans(
     key: bytes | None,
     offsets: Mapping[tuple[str, int], int | None],
     cluster: str,
+    log_starts: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[tuple[str, int], list[OffsetRange]]:
     """Pure: spans the committed metadata mirrors as unfinished that no store token it vouches for covers.
 
@@ -116,7 +124,9 @@ def mirror_only_spans(
     committed with that very offset) may excuse a mirrored span, as in a recovery: a done token
     of another lineage (a store restored from a backup older than a re-created topic, an offset
     reset) describes offsets that may no longer hold the same records.  Unreadable or foreign
-    metadata names nothing (logged): the store stays the authority.
+    metadata names nothing (logged): the store stays the authority.  A marker of another cluster
+    that lists unfinished ranges was copied here with the offset (``recovery.synced_from_elsewhere``):
+    its ranges are in that cluster's offsets, so everything here from the log start to the offset is owed.
     """
     tokens_by_partition: dict[tuple[str, int], list[Token]] = {}
     for token in known:
@@ -133,7 +143,12 @@ def mirror_only_spans(
             continue
         if marker is None:
             continue
-        trust = trust_of(offsets.get((topic, partition)), marker, cluster)
+        committed = offsets.get((topic, partition))
+        if committed is not None and synced_from_elsewhere(marker, cluster):
+            start = (log_starts or {}).get((topic, partition), 0)
+            out[(topic, partition)] = [OffsetRange(start, max(start, committed))]
+            continue
+        trust = trust_of(committed, marker, cluster)
         vouched = [t.span for t in tokens_by_partition.get((topic, partition), []) if trust.vouches(t)]
         lost = [
             piece for entry in marker.ranges if not entry.done for piece in subtract(entry.span, vouched) if len(piece)
@@ -180,6 +195,19 @@ def _result(future: concurrent.futures.Future[object], bootstrap: str, timeout_s
         raise FastRecoverError(f"{what} failed: {error}") from exc
 
 
+def _result_unless(
+    future: concurrent.futures.Future[object], bootstrap: str, timeout_s: float, what: str, code: int
+) -> object | None:
+    """:func:`_result`, or None when the broker answered with the error ``code`` (an expected absence)."""
+    try:
+        return _result(future, bootstrap, timeout_s, what)
+    except FastRecoverError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, KafkaException) and cause.args[0].code() == code:
+            return None
+        raise
+
+
 def cluster_id(admin: AdminClient, bootstrap: str, timeout_s: float) -> str | None:
     """The id of the cluster ``admin`` talks to (None from brokers too old to have one)."""
     future = admin.describe_cluster(request_timeout=timeout_s)
@@ -190,13 +218,8 @@ def cluster_id(admin: AdminClient, bootstrap: str, timeout_s: float) -> str | No
 def ensure_group_empty(admin: AdminClient, group: str, bootstrap: str, timeout_s: float) -> None:
     """StateError unless the group has no members (an unknown group counts as empty)."""
     future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
-    try:
-        description = _result(future, bootstrap, timeout_s, f"describing group {group!r}")
-    except FastRecoverError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, KafkaException) and cause.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
-            return
-        raise
+    what = f"describing group {group!r}"
+    description = _result_unless(future, bootstrap, timeout_s, what, KafkaError.GROUP_ID_NOT_FOUND)
     members = list(getattr(description, "members", []) or [])
     if members:
         state = getattr(description, "state", None)
@@ -223,6 +246,23 @@ def kafka_offsets(
         offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
         metadata[(tp.topic, tp.partition)] = tp.metadata
     return offsets, metadata
+
+
+def log_starts(
+    admin: AdminClient, partitions: Iterable[tuple[str, int]], bootstrap: str, timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """Each partition's log start: where retention left it (a partition that no longer exists is left out)."""
+    earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    specs = {TopicPartition(topic, partition): earliest for topic, partition in sorted(set(partitions))}
+    if not specs:
+        return {}
+    starts: dict[tuple[str, int], int] = {}
+    for tp, future in admin.list_offsets(specs, request_timeout=timeout_s).items():
+        what = f"reading the log start of {tp.topic}[{tp.partition}]"
+        info = _result_unless(future, bootstrap, timeout_s, what, KafkaError.UNKNOWN_TOPIC_OR_PART)
+        if info is not None:
+            starts[(tp.topic, tp.partition)] = int(getattr(info, "offset", 0))
+    return starts
 
 
 def move_offsets(
@@ -269,7 +309,9 @@ def roll_back(
     cluster = cluster_label(cluster_id(admin, bootstrap, timeout_s))
     known = this_cluster(store.ranges(group), cluster)  # a corrupt open token must stop the rollback, not vanish
     offsets, metadata = kafka_offsets(admin, group, bootstrap, timeout_s)
-    plans = plan_rollback(known, offsets, mirror_only_spans(metadata, known, group, mirror_key, offsets, cluster))
+    starts = log_starts(admin, [*offsets, *((t.topic, t.partition) for t in known if t.is_open)], bootstrap, timeout_s)
+    spans = mirror_only_spans(metadata, known, group, mirror_key, offsets, cluster, starts)
+    plans = plan_rollback(known, offsets, spans, starts)
     if not plans or dry_run:
         return plans, {}, 0
     # the group must still be empty right before the move; Kafka refuses it otherwise anyway

@@ -10,6 +10,7 @@ from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover.parallel import ParallelMode
+from fastrecover.recovery_writes import RecoveryReport
 from fastrecover_tools.testing.broker import group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.procs import WorkerProcess
@@ -144,11 +145,14 @@ def consume_until(consumer: Consumer, sink: list[Message], done: Any, timeout: f
 
 
 def delivered_from(bootstrap: str, topic: str, group: str, store_url: str, wanted: set[int]) -> set[int]:
-    """Offsets a new fastrecover consumer of ``group`` delivers until it has every one of ``wanted``.
+    """Offsets a new fastrecover consumer of ``group`` delivers until it has every one of ``wanted``."""
+    return read_all(Consumer(parallel_config(bootstrap, group, store_url)), topic, wanted)[0]
 
-    Fails naming how many of ``wanted`` never came, and the first of them.
+
+def read_all(consumer: Consumer, topic: str, wanted: set[int]) -> tuple[set[int], list[RecoveryReport]]:
+    """Subscribe ``consumer`` to ``topic`` and consume until it delivered every offset of ``wanted``, then close it;
+    the offsets delivered and its recoveries.  Fails naming how many of ``wanted`` never came, and the first.
     """
-    consumer = Consumer(parallel_config(bootstrap, group, store_url))
     got: list[Message] = []
     try:
         consumer.subscribe([topic])
@@ -161,6 +165,27 @@ def delivered_from(bootstrap: str, topic: str, group: str, store_url: str, wante
         except Exception as exc:
             missing = sorted(wanted - {offset_of(m) for m in got})
             raise AssertionError(f"{len(missing)} records never delivered, from {missing[:5]}...") from exc
+        return {offset_of(m) for m in got}, list(consumer.recoveries)
     finally:
         consumer.close()
-    return {offset_of(m) for m in got}
+
+
+def plain_reads(bootstrap: str, group: str, topic: str, wanted: set[int], reset: str) -> None:
+    """A plain consumer of ``group`` (``auto.offset.reset=reset``) reads ``topic`` until it has every offset of
+    ``wanted``; fails naming how many never came, and the first."""
+    reader = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": reset})
+    got: set[int] = set()
+    try:
+        reader.subscribe([topic])
+
+        def read() -> bool:
+            got.update(offset_of(m) for m in reader.consume(500, 0.2) if m.error() is None)
+            return got >= wanted
+
+        try:
+            wait_for(read, 60, 0.001, f"a plain consumer to read {len(wanted)} records from offset {min(wanted)}")
+        except TimeoutError as exc:
+            missing = sorted(wanted - got)
+            raise AssertionError(f"{len(missing)} records never delivered, from {missing[:5]}") from exc
+    finally:
+        reader.close()

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from fastrecover.cli import main
 from fastrecover.codec import new_lineage
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import create_topic, delete_topic, group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import SESSION_MS, group_offsets, lag_after_crash
+from tests.integration.helpers import SESSION_MS, group_offsets, lag_after_crash, plain_reads
 from tests.integration.procs import WorkerProcess
 
 LOG_END = 300
@@ -209,13 +210,7 @@ def test_rollback_leaves_the_ranges_of_another_cluster_sharing_the_store(
 ) -> None:
     """Two clusters, one store, the same names: only this cluster's ranges move its offsets and are deleted."""
     topic = topic_factory(partitions=1)
-    produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
-    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
-    try:
-        here = plain.list_topics(timeout=30).cluster_id
-        plain.commit(offsets=[TopicPartition(topic, 0, LOG_END)], asynchronous=False)
-    finally:
-        plain.close()
+    here = _read_to_the_end(bootstrap, topic, unique_group)
     with open_store(store_url) as store:
         ours = store.create_range(unique_group, topic, 0, 100, LOG_END, "gone", new_lineage(here, os.urandom(8)))
         theirs = store.create_range(unique_group, topic, 0, 50, 80, "far", new_lineage("OtherClusterId", bytes(8)))
@@ -260,30 +255,47 @@ def test_rollback_after_a_re_created_topic_leaves_the_new_topic_to_auto_offset_r
 
         assert code == 0, err
         (after,) = group_offsets(bootstrap, unique_group, topic)
-        reader = PlainConsumer(
-            {"bootstrap.servers": bootstrap, "group.id": unique_group, "auto.offset.reset": "earliest"}
-        )
-        got: set[int] = set()
-        try:
-            reader.subscribe([topic])
-
-            def read_all() -> bool:
-                for msg in reader.consume(500, 0.2):
-                    offset = msg.offset()
-                    if msg.error() is None and offset is not None:
-                        got.add(offset)
-                return got >= set(range(LOG_END))
-
-            try:
-                wait_for(read_all, 30, 0.001, "the plain consumer to read the new topic")
-            except TimeoutError as exc:
-                missing = sorted(set(range(LOG_END)) - got)
-                raise AssertionError(f"{len(missing)} records never delivered, from {missing[:5]}") from exc
-        finally:
-            reader.close()
+        plain_reads(bootstrap, unique_group, topic, set(range(LOG_END)), "earliest")
         assert after.offset < 0, f"no offset set from the old incarnation's range (it is {after.offset})"
         assert f"#{old.id}" in out and "no offset: auto.offset.reset decides" in out
         with open_store(store_url) as store:
             assert store.open_ranges(unique_group) == [], "the range is folded away"
     finally:
         delete_topic(bootstrap, topic)
+
+
+def _read_to_the_end(bootstrap: str, topic: str, group: str) -> str | None:
+    """LOG_END records in partition 0, the group's offset committed at the end (plain); the cluster's id."""
+    produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
+    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        plain.commit(offsets=[TopicPartition(topic, 0, LOG_END)], asynchronous=False)
+        cluster: str | None = plain.list_topics(timeout=30).cluster_id
+        return cluster
+    finally:
+        plain.close()
+
+
+def test_rollback_never_sets_an_offset_below_the_log_start(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Retention removed the start of an open range: the offset goes to the log start, not below it.
+
+    Below the log start, a plain consumer's fetch is out of range and ``auto.offset.reset`` decides: under
+    ``latest`` (librdkafka's default) it went past every record the range still owed.
+    """
+    topic = topic_factory(partitions=1)
+    here = _read_to_the_end(bootstrap, topic, unique_group)
+    with open_store(store_url) as store:
+        store.create_range(unique_group, topic, 0, 100, LOG_END, "gone", new_lineage(here, os.urandom(8)))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 200)]).values():
+        future.result(30)
+
+    code, out, err = _rollback(
+        capsys, "--group", unique_group, "--store-url", store_url, "--bootstrap-servers", bootstrap
+    )
+
+    assert code == 0, err
+    assert group_offsets(bootstrap, unique_group, topic)[0].offset == 200, out
+    plain_reads(bootstrap, unique_group, topic, set(range(200, LOG_END)), "latest")

@@ -20,6 +20,7 @@ from fastrecover.recovery import (
     late_jump,
     plan_partition,
     replay_outlasts_open,
+    synced_from_elsewhere,
     this_cluster,
     trust_of,
 )
@@ -435,6 +436,17 @@ class TestTrust:
         assert trust_of(None, Marker(A, 100, ()), "clusterA") is UNTRUSTED
         assert trust_of(100, None, "clusterA") is UNTRUSTED, "a plain commit, an admin reset"
         assert trust_of(100, Marker(None, None, ()), "clusterA") is LEGACY, "an older version's fr1 mirror"
+
+    def test_only_another_clusters_marker_with_unfinished_ranges_says_the_offset_was_synced_from_elsewhere(
+        self,
+    ) -> None:
+        owing = (RangeProgress.fresh(10, 50),)
+        assert synced_from_elsewhere(Marker(ELSEWHERE, 100, owing), "clusterA"), "MirrorMaker 2 copied it here"
+        assert synced_from_elsewhere(Marker(ELSEWHERE, 80, owing), "clusterA"), "translated or not"
+        assert not synced_from_elsewhere(Marker(ELSEWHERE, 100, ()), "clusterA"), "nothing was owed there"
+        assert not synced_from_elsewhere(Marker(A, 100, owing), "clusterA"), "this cluster's own marker"
+        assert not synced_from_elsewhere(Marker(None, None, owing), "clusterA"), "fr1 names no cluster"
+        assert not synced_from_elsewhere(None, "clusterA")
 
     def test_vouching(self) -> None:
         assert Trust(lineage=A).vouches(lineage_token(1, 0, 5, A))

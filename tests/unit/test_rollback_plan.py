@@ -44,21 +44,25 @@ def test_done_tokens_are_ignored() -> None:
 @given(
     st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1_000), st.integers(1, 500), st.booleans()), max_size=8),
     st.dictionaries(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 2_000))),
+    st.dictionaries(st.integers(0, 2), st.integers(0, 1_500)),
 )
-def test_never_forwards_and_covers_every_unfinished_offset(
-    raw: list[tuple[int, int, int, bool]], kafka_raw: dict[int, int | None]
+def test_never_forwards_never_below_the_log_start_and_covers_every_unfinished_offset(
+    raw: list[tuple[int, int, int, bool]], kafka_raw: dict[int, int | None], starts_raw: dict[int, int]
 ) -> None:
     tokens = [_token(i + 1, p, s, s + n, s + n // 2, done=d) for i, (p, s, n, d) in enumerate(raw)]
     kafka = {("t", p): o for p, o in kafka_raw.items()}
-    for plan in plan_rollback(tokens, kafka):
+    starts = {("t", p): o for p, o in starts_raw.items()}
+    for plan in plan_rollback(tokens, kafka, None, starts):
         open_here = [t for t in tokens if t.is_open and t.partition == plan.partition]
         assert set(plan.token_ids) == {t.id for t in open_here}
         if plan.kafka_before is None:
             assert plan.target is None, "no offset vouches for the ranges: none is set from them"
             continue
         after = plan.target if plan.target is not None else plan.kafka_before
+        log_start = starts.get(("t", plan.partition), 0)
         assert after <= plan.kafka_before
-        assert after <= min(t.progress.committed for t in open_here)
+        assert plan.target is None or plan.target >= log_start, "below the log start auto.offset.reset decides"
+        assert after <= max(log_start, min(t.progress.committed for t in open_here)), "an owed record skipped"
 
 
 def _mirror(group: str, partition: int, *ranges: RangeProgress, key: bytes | None = None) -> str:
@@ -106,3 +110,28 @@ def test_foreign_or_unreadable_metadata_names_nothing() -> None:
     assert mirror_only_spans({("t", 0): signed}, [], "g", key, offsets, "c1") == {("t", 0): [OffsetRange(10, 300)]}
     assert mirror_only_spans({("t", 0): "fr1:!!!not base64"}, [], "g", None, offsets, "c1") == {}
     assert mirror_only_spans({("t", 0): "the application's own metadata"}, [], "g", None, offsets, "c1") == {}
+
+
+def test_no_target_lies_below_the_log_start() -> None:
+    """Retention removed the start of a range: below the log start a plain consumer goes to auto.offset.reset."""
+    tokens = [_token(1, 0, 100, 300, 100), _token(2, 1, 100, 300, 150)]
+    plans = plan_rollback(tokens, {("t", 0): 300, ("t", 1): 300}, None, {("t", 0): 200, ("t", 1): 120})
+    assert [(p.partition, p.target) for p in plans] == [(0, 200), (1, 150)]
+    (kept,) = plan_rollback([_token(1, 0, 100, 300, 100)], {("t", 0): 300}, None, {("t", 0): 300})
+    assert kept.target is None, "retention removed everything the range owed: the offset stays"
+
+
+def test_a_marker_synced_from_another_cluster_owes_everything_from_the_log_start() -> None:
+    """MirrorMaker 2 copied the offset and the marker: the marker's ranges are the other cluster's offsets."""
+    context = mirror_context("g", TopicPartitionKey("t", 0))
+    mirror = encode_mirror([RangeProgress(1500, 2500, 1500)], context=context)
+    metadata = {("t", 0): mark(mirror, new_lineage("elsewhere", b"lineage1"), 2800, context=context)}
+    offsets: dict[tuple[str, int], int | None] = {("t", 0): 2500}
+    lost = mirror_only_spans(metadata, [], "g", None, offsets, "here", {("t", 0): 40})
+    assert lost == {("t", 0): [OffsetRange(40, 2500)]}
+    (plan,) = plan_rollback([], offsets, lost, {("t", 0): 40})
+    assert plan.target == 40
+    own = {("t", 0): mark(mirror, new_lineage("here", b"lineage1"), 2500, context=context)}
+    assert mirror_only_spans(own, [], "g", None, offsets, "here", {("t", 0): 40}) == {
+        ("t", 0): [OffsetRange(1500, 2500)]
+    }

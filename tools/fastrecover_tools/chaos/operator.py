@@ -25,6 +25,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from fastrecover.codec import read_marker
 from fastrecover.store import open_store
 from fastrecover.store.models import RANGES
 from fastrecover_tools.chaos.checker import Effect, Recreated, Reread, Skipped, StoreRestored
@@ -42,10 +43,13 @@ ACTIONS = (
     "add-partitions",
     "delete-group",
     "restore-store",
+    "sync-from-replica",
 )
 #: actions that need the group empty (Kafka refuses them, or an operator stops the application first)
 NEEDS_STOP = frozenset(ACTIONS) - {"add-partitions"}
 _TIMEOUT_S = 30.0
+#: the cluster ``sync-from-replica`` says the offsets come from (its markers name it)
+SOURCE_CLUSTER = "chaos-source-cluster"
 
 
 def _now_ms() -> int:
@@ -166,6 +170,36 @@ class Operator:
                 self.effects.append(Reread(t, p, low, high, at))
         return f"{self.group} deleted"
 
+    def _sync_from_replica(self) -> str:
+        """One topic's offsets as MirrorMaker 2's offset sync leaves them on a replica after a failover.
+
+        The offset sync commits the source's offset (translated) with the metadata the source committed,
+        whose marker names the source cluster.  The records here are this cluster's own, at the same
+        offsets: each offset is committed again, its marker naming another cluster.  A partition whose
+        marker listed unfinished ranges must be read again from its log start: nothing here can tell
+        where the source's ranges lie.
+        """
+        topic = self._topic()
+        at = _now_ms()
+        lows = self._watermarks(topic)
+        moved: list[TopicPartition] = []
+        for p, (offset, metadata) in self._committed_metadata(topic).items():
+            marker = read_marker(metadata)
+            if marker is None or marker.lineage is None or metadata is None:
+                continue
+            nonce = marker.lineage.rpartition("/")[2]
+            copied = metadata.replace(marker.lineage, f"{SOURCE_CLUSTER}/{nonce}", 1)
+            moved.append(TopicPartition(topic, p, offset, metadata=copied))
+            low, high = lows[p]
+            if marker.ranges and low < high:
+                self.effects.append(Reread(topic, p, low, high, at))
+        if not moved:
+            return f"{topic}: no offset with a marker to sync"
+        request = ConsumerGroupTopicPartitions(self.group, moved)
+        (future,) = self._admin.alter_consumer_group_offsets([request], request_timeout=_TIMEOUT_S).values()
+        future.result(timeout=_TIMEOUT_S)
+        return f"{topic}: " + ", ".join(f"[{tp.partition}]={tp.offset}" for tp in moved)
+
     def _recreate_topic(self) -> str:
         """Delete and create ``topic`` again (the producer is paused by the driver around it)."""
         topic = self._topic()
@@ -194,12 +228,20 @@ class Operator:
         return self.rng.choice(self.topics)
 
     def _committed(self, topic: str) -> dict[int, int]:
+        return {p: offset for p, (offset, _) in self._committed_metadata(topic).items()}
+
+    def _committed_metadata(self, topic: str) -> dict[int, tuple[int, str | None]]:
+        """Each committed offset of ``topic`` with the metadata committed with it."""
         request = ConsumerGroupTopicPartitions(
             self.group, [TopicPartition(topic, p) for p in range(self.partitions[topic])]
         )
         (future,) = self._admin.list_consumer_group_offsets([request], request_timeout=_TIMEOUT_S).values()
         answer = future.result(timeout=_TIMEOUT_S)
-        return {tp.partition: tp.offset for tp in answer.topic_partitions or [] if tp.offset >= 0 and tp.error is None}
+        return {
+            tp.partition: (tp.offset, tp.metadata)
+            for tp in answer.topic_partitions or []
+            if tp.offset >= 0 and tp.error is None
+        }
 
     def _probe(self) -> PlainConsumer:
         return PlainConsumer({"bootstrap.servers": self.bootstrap, "group.id": f"{self.group}-operator"})
