@@ -12,6 +12,7 @@ record (each method says how).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,9 @@ _CACHED_CLUSTER_ID: Callable[..., str] | None = getattr(_KafkaConsumer, "cluster
 #: and EARLIEST_TIMESTAMP)
 LATEST = -1
 EARLIEST = -2
+#: a cluster id asked for and not answered is not asked again this soon: a recovery may need it twice (its
+#: markers, then its plans), and a second metadata request would wait out the same timeout again
+_CLUSTER_ASK_PAUSE_S = 1.0
 
 
 #: what a recovery read of each partition: its committed offset (or where auto.offset.reset starts it) and marker
@@ -82,6 +86,8 @@ class RecoveryReads:
         self._cluster_of = cluster_of
         #: this consumer's Kafka cluster, as lineages name it (asked for once, when first needed)
         self._cluster: str | None = None
+        #: until when an unanswered ask for the cluster id is not repeated (monotonic)
+        self._cluster_unanswered_until = 0.0
         #: auto.offset.reset sends a partition with no committed offset to its log start (see reset_starts)
         self._reset_earliest = reset_earliest
 
@@ -173,8 +179,11 @@ class RecoveryReads:
         (:meth:`learn_cluster`), or asked with a metadata request through the child's handle.
         """
         if self._cluster is None:
+            if time.monotonic() < self._cluster_unanswered_until:
+                return None  # asked moments ago (this recovery's markers) and not answered
             found = self._cluster_of(topic)
             if found is None:
+                self._cluster_unanswered_until = time.monotonic() + _CLUSTER_ASK_PAUSE_S
                 log.warning("no recovery: the cluster id is unavailable; starting as a plain consumer")
                 return None
             self._cluster = cluster_label(found)

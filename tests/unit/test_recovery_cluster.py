@@ -10,6 +10,7 @@ at a port where nothing listens, so it never has metadata.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,9 +100,17 @@ def test_an_empty_answer_from_the_cache_is_not_an_id(client: Any, monkeypatch: p
     assert not reads.cluster_known
 
 
-def test_no_answer_anywhere_means_no_recovery(client: Any) -> None:
+def test_no_answer_anywhere_means_no_recovery_and_is_asked_again_after_a_pause(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not cached: the next recovery asks again.  Not at once: a recovery may need the id twice (its
+    markers, then its plans), and a second ask would wait out the same timeout again."""
     asked: list[str] = []
     reads = _reads(client, asked, None)
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     reads.learn_cluster(0.0)
-    assert reads.cluster_label("t") is None
-    assert reads.cluster_label("t") is None and asked == ["t", "t"], "not cached: the next recovery asks again"
+    assert reads.cluster_label("t") is None and reads.cluster_label("t") is None
+    assert asked == ["t"], "asked once within the pause"
+    now[0] += recovery_reads._CLUSTER_ASK_PAUSE_S
+    assert reads.cluster_label("t") is None and asked == ["t", "t"], "asked again after it"
