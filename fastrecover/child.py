@@ -90,26 +90,28 @@ class ChildReader:
     # ---- work ----------------------------------------------------------------------------------
 
     def add(self, works: Iterable[RangeWork]) -> None:
-        """Queue ranges; a partition reads its ranges one after the other, lowest first."""
+        """Queue ranges; a partition reads its ranges one after the other, lowest first.  Queued whatever the
+        handle does: a failed one is replaced at the next tick, and the new one starts every queue's head."""
         with self._guard():
             self._ensure_handle()
-            fetching = self._h.assigned()  # asked once: each call copies the whole assignment
-            starts: list[RangeWork] = []
-            for item in sorted(works, key=lambda w: w.next_offset):
-                if item.next_offset >= item.end:
-                    continue
-                queue = self._work.get(item.key)
-                if queue is None:
-                    self._work[item.key] = deque([item])
-                    # No log-start round trip here: a start that retention removed comes back as an
-                    # offset-out-of-range event (auto.offset.reset=error), and _on_error asks then.
+        heads: list[RangeWork] = []
+        for item in sorted(works, key=lambda w: w.next_offset):
+            if item.next_offset >= item.end:
+                continue
+            queue = self._work.get(item.key)
+            if queue is None:
+                self._work[item.key] = deque([item])
+                heads.append(item)
+            elif all(w.token_id != item.token_id for w in queue):  # behind the head being read, in order
+                self._work[item.key] = deque([queue[0], *sorted([*list(queue)[1:], item], key=lambda w: w.next_offset)])
+        if heads and self.failure is None:
+            with self._guard():
+                fetching = self._h.assigned()  # asked once: each call copies the whole assignment
+                starts: list[RangeWork] = []
+                for item in heads:  # no log-start round trip: a start retention removed comes back as an
+                    # offset-out-of-range event (auto.offset.reset=error), and _on_error asks then
                     self._start(item, assigned=item.key in fetching, check_low=False, into=starts)
-                elif all(w.token_id != item.token_id for w in queue):
-                    head = queue.popleft()
-                    rest = sorted([*queue, item], key=lambda w: w.next_offset)
-                    queue.clear()
-                    queue.extend([head, *rest])
-            self._h.assign([(w.key, w.next_offset) for w in starts], self._paused)
+                self._h.assign([(w.key, w.next_offset) for w in starts], self._paused)
 
     def drop(self, keys: Iterable[TopicPartitionKey]) -> None:
         """Partitions leave this member: forget their ranges and buffered records."""

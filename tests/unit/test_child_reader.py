@@ -168,6 +168,63 @@ def test_a_failed_batch_replaces_the_handle_and_resumes_at_the_cursor() -> None:
     assert [m.offset() for m in more] == [5, 6, 7]
 
 
+class BreakingHandle(FakeHandle):
+    """A FakeHandle whose ``position`` and ``assignment`` raise once it is broken, as a closed consumer's do."""
+
+    broken = False
+
+    def assignment(self) -> list[TopicPartition]:
+        if self.broken:
+            raise RuntimeError("Consumer closed")
+        return super().assignment()
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        if self.broken:
+            raise RuntimeError("Consumer closed")
+        return super().position(tps)
+
+
+def test_a_handle_that_breaks_mid_take_returns_what_was_taken_and_the_next_handle_resumes() -> None:
+    """The merge took the primary's records before the child's: a failure raised here would lose them,
+    and with them the child's records this call had already handed out."""
+    handles: list[BreakingHandle] = []
+
+    def factory(_conf: dict[str, Any]) -> BreakingHandle:
+        handles.append(BreakingHandle({("t", 0): [0, 1, 2]}))  # nothing past the range yet
+        return handles[-1]
+
+    reader = ChildReader({}, batch_size=8, broker_timeout_s=1.0, consumer_factory=factory)
+    reader.add([RangeWork(1, KEY, 0, 0, 3)])
+    first, _ = reader.take(2)
+    handles[0].broken = True
+    # [2] is handed out, then an empty fetch asks the positions (did the fetcher pass the end?): it raises
+    more, _ = reader.take(10)
+    assert [m.offset() for m in first + more] == [0, 1, 2]
+    assert reader.failure is not None and not reader.is_alive(), "the child's failure, not the caller's"
+    reader.pause([KEY])
+    reader.resume([KEY])
+    reader.restart()
+    assert reader.is_alive() and len(handles) == 2
+    assert _reader_take_all(reader) == [] and reader.drain_finished() == [(1, KEY)], "resumed at the cursor"
+
+
+def test_ranges_added_while_the_handle_cannot_be_made_are_started_by_the_next_one() -> None:
+    made: list[FakeHandle] = []
+
+    def factory(_conf: dict[str, Any]) -> FakeHandle:
+        if not made:
+            made.append(FakeHandle({}))
+            raise RuntimeError("no handle now")
+        made.append(FakeHandle({("t", 0): list(range(20))}))
+        return made[-1]
+
+    reader = ChildReader({}, batch_size=5, broker_timeout_s=1.0, consumer_factory=factory)
+    reader.add([RangeWork(1, KEY, 3, 3, 12)])  # raises nothing: the recovery that called it goes on
+    assert reader.failure is not None and reader.has_work
+    reader.restart()
+    assert [m.offset() for m in _reader_take_all(reader)] == list(range(3, 12))
+
+
 def test_two_partitions_in_one_batch_are_cut_separately() -> None:
     other = TopicPartitionKey("t", 1)
     handle = FakeHandle({("t", 0): list(range(50)), ("t", 1): list(range(50))})
