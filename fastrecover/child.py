@@ -103,7 +103,8 @@ class ChildReader:
                 self._work[item.key] = deque([item])
                 heads.append(item)
             elif all(w.token_id != item.token_id for w in queue):  # behind the head being read, in order
-                self._work[item.key] = deque([queue[0], *sorted([*list(queue)[1:], item], key=lambda w: w.next_offset)])
+                head, *rest = queue
+                self._work[item.key] = deque([head, *sorted([*rest, item], key=lambda w: w.next_offset)])
         if heads and self.failure is None:
             with self._guard():
                 fetching = self._h.assigned()  # asked once: each call copies the whole assignment

@@ -89,6 +89,13 @@ def trust_of(committed: int | None, marker: Marker | None, cluster: str) -> Trus
     return Trust(lineage=marker.lineage)
 
 
+def owing_cluster(marker: Marker | None) -> str | None:
+    """The cluster of a marker that lists unfinished ranges; None for any other metadata."""
+    if marker is None or marker.lineage is None or not marker.ranges:
+        return None
+    return lineage_cluster(marker.lineage)
+
+
 def synced_from_elsewhere(marker: Marker | None, cluster: str) -> bool:
     """The committed offset carries another cluster's marker, which lists ranges unfinished there.
 
@@ -97,12 +104,8 @@ def synced_from_elsewhere(marker: Marker | None, cluster: str) -> bool:
     group's child had not finished those ranges, and their records lie below the offset at positions
     this cluster's offsets cannot be matched to: nothing below the offset may be taken as read.
     """
-    return (
-        marker is not None
-        and marker.lineage is not None
-        and bool(marker.ranges)
-        and lineage_cluster(marker.lineage) != cluster
-    )
+    source = owing_cluster(marker)
+    return source is not None and source != cluster
 
 
 def this_cluster(tokens: Iterable[Token], cluster: str) -> list[Token]:

@@ -20,11 +20,11 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.book import mirror_context
-from fastrecover.codec import Marker, cluster_label, lineage_cluster, read_marker
+from fastrecover.codec import Marker, cluster_label, read_marker
 from fastrecover.config import Settings
 from fastrecover.errors import CodecError, StoreError
 from fastrecover.ranges import RangeProgress
-from fastrecover.recovery import Trust, synced_from_elsewhere
+from fastrecover.recovery import Trust, owing_cluster
 from fastrecover.tokens import Token, TopicPartitionKey
 from fastrecover.values import value
 
@@ -138,19 +138,19 @@ class RecoveryReads:
         ranges, which a recovery then needs anyway.
         """
         markers = {**{k: m for k, (_, m) in read.items()}, **unplanned}
-        if not any(m is not None and m.lineage is not None and m.ranges for m in markers.values()):
+        owing = {k: source for k, m in markers.items() if (source := owing_cluster(m)) is not None}
+        if not owing:
             return {}
         cluster = self.cluster_label(topic)
-        synced = [k for k, m in markers.items() if cluster is not None and synced_from_elsewhere(m, cluster)]
-        starts = self.list_offsets(synced, EARLIEST) if synced else {}
-        for key in synced:
-            marker = markers[key]
+        synced = {k: source for k, source in owing.items() if cluster is not None and source != cluster}
+        starts = self.list_offsets(list(synced), EARLIEST) if synced else {}
+        for key, source in synced.items():
             log.warning(
                 "%s: Kafka's committed offset was copied from another cluster (%s) above ranges unfinished there "
                 "(MirrorMaker 2's offset sync, a restore into a new cluster); reading the partition again from "
                 "its log start so that no record is skipped (duplicates of what was read there)",
                 key,
-                lineage_cluster(marker.lineage) if marker is not None and marker.lineage else "?",
+                source,
             )
             if key in read:
                 read[key] = (starts.get(key), None)
