@@ -65,9 +65,11 @@ def test_timeline_from_events() -> None:
         {"event": "joined", "t": 1003.3},
         {"event": "joined", "t": 1009.0},  # a second assignment: the first one counts
         {"event": "assigned", "t": 1003.35},
-        {"event": "fresh", "t": 1003.5},
+        {"event": "fresh", "t": 1003.5, "cpu": 0.07},
+        {"event": "fresh", "t": 1003.6, "cpu": 0.09},  # a later one: the first counts
     ]
     t = timeline(events, crash, spawned=1003.0, down_s=3.0)
+    assert t["spawn_to_fresh_cpu_s"] == pytest.approx(0.07)
     assert t["crash_to_fresh_s"] == pytest.approx(3.5)
     assert t["spawn_to_fresh_s"] == pytest.approx(0.5)
     assert t["first_spawn_to_fresh_s"] == pytest.approx(0.5)
@@ -79,6 +81,7 @@ def test_timeline_from_events() -> None:
     assert late["spawn_to_fresh_s"] == pytest.approx(0.1) and late["first_spawn_to_fresh_s"] == pytest.approx(0.5)
     missing = timeline([{"event": "started", "t": 1003.2}], crash, 1003.0, 3.0)
     assert missing["crash_to_fresh_s"] is None and missing["recovery_s"] is None
+    assert missing["spawn_to_fresh_cpu_s"] is None
 
 
 def test_crash_options_defaults_overrides_and_errors() -> None:

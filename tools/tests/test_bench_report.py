@@ -174,6 +174,21 @@ def test_spread_is_range_over_median_and_flags_above_ten_percent() -> None:
     assert NOISY_MARK not in Stat.of([1.0, 1.01]).cell(1)
 
 
+def test_the_medians_interval_narrows_with_repeats_and_holds_the_median() -> None:
+    assert Stat.of([1.0, 1.1, 1.2, 1.3]).ci95() is None, "too few repeats to resample"
+    few = Stat.of([0.5, 0.9, 1.0, 1.1, 1.5])
+    many = Stat.of([0.5, 0.9, 1.0, 1.1, 1.5] * 8)
+    for stat in (few, many):
+        interval = stat.ci95()
+        assert interval is not None and stat.median is not None
+        assert interval[0] <= stat.median <= interval[1]
+    few_ci, many_ci = few.ci95(), many.ci95()
+    assert few_ci is not None and many_ci is not None
+    assert many_ci[1] - many_ci[0] < few_ci[1] - few_ci[0]
+    assert few.ci95() == few_ci, "seeded: the same values give the same interval"
+    assert Stat.of([2.0] * 6).ci95() == (2.0, 2.0)
+
+
 def _goal(goals: list[Any], prefix: str) -> Any:
     found = [g for g in goals if g.name.startswith(prefix)]
     assert len(found) == 1, [g.name for g in goals]
@@ -220,6 +235,7 @@ def test_goal_thresholds_are_inclusive_and_failures_miss_the_goal() -> None:
     ]
     table = goals_table([g.to_dict() for g in evaluate_goals(result)])
     assert "**no** (1 failed run)" in table
+    assert "95 % interval of the median" in table
     goals = [g.to_dict() for g in evaluate_goals(result)]
     assert "Failed or disturbed runs" in format_report({**result, "goals": goals})
 

@@ -229,8 +229,12 @@ def timeline(events: list[dict[str, Any]], crash: float, spawned: float, down_s:
         b = t.get(end)
         return None if a is None or b is None else b - a
 
+    fresh_cpu = next((e.get("cpu") for e in events if e.get("event") == "fresh"), None)
     return {
         "crash_to_fresh_s": span(crash, "fresh"),
+        # the process's CPU (all threads) from its start to the first fresh record: the work on the way,
+        # without the wall clock's waits and a 2-core machine's scheduling noise
+        "spawn_to_fresh_cpu_s": None if fresh_cpu is None else float(fresh_cpu),
         "spawn_to_fresh_s": span(spawned, "fresh"),
         "first_spawn_to_fresh_s": span(crash + down_s, "fresh"),
         "ready_s": span(spawned, "ready"),

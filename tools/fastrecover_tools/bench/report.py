@@ -8,6 +8,7 @@ max (and the raw values, kept in the JSON).  Nothing here does I/O except
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,10 @@ TABLE_END = "<!-- bench-table:end -->"
 
 #: Repeats whose (max - min) / median exceeds this are flagged: the figure cannot tell 0.9x from 1.0x.
 SPREAD_LIMIT = 0.10
+#: Bootstrap resamples behind a median's confidence interval (seeded: the same values give the same interval).
+_RESAMPLES = 4000
+#: Fewer repeats than this give no confidence interval: a resampled median of 3 or 4 values says little.
+_CI_MIN_REPEATS = 5
 NOISY_MARK = "⚠"
 
 
@@ -76,6 +81,18 @@ class Stat:
         """True when the repeats disagree by more than ``limit`` (relative to the median)."""
         spread = self.spread
         return spread is not None and spread > limit
+
+    def ci95(self) -> tuple[float, float] | None:
+        """A 95 % confidence interval of the median (percentile bootstrap); None below five repeats.
+
+        The spread says how far single repeats disagree; this says how well the median is pinned down.
+        A noisy figure whose interval lies wholly on one side of a goal's threshold still decides it.
+        """
+        if self.n < _CI_MIN_REPEATS:
+            return None
+        draw = random.Random(0)
+        medians = sorted(statistics.median(draw.choices(self.values, k=self.n)) for _ in range(_RESAMPLES))
+        return medians[int(0.025 * _RESAMPLES)], medians[int(0.975 * _RESAMPLES) - 1]
 
 
 def ratio(numerator: Stat, denominator: Stat) -> float | None:
@@ -539,6 +556,7 @@ class Goal:
     threshold: float
     spread: float | None = None
     failures: int = 0  # runs of the cell that failed (worker error, timeout): the goal is missed
+    ci95: tuple[float, float] | None = None  # of the median value (Stat.ci95)
 
     @property
     def met(self) -> bool | None:
@@ -561,6 +579,7 @@ class Goal:
             "spread": self.spread,
             "noisy": self.noisy,
             "failures": self.failures,
+            "ci95": None if self.ci95 is None else list(self.ci95),
         }
 
 
@@ -572,7 +591,7 @@ def failures(cell: Mapping[str, Any]) -> int:
 
 def _goal(name: str, cell: Mapping[str, Any], metric: str, op: str, threshold: float) -> Goal:
     stat = _stat(cell, metric)
-    return Goal(name, stat.median, op, threshold, stat.spread, failures(cell))
+    return Goal(name, stat.median, op, threshold, stat.spread, failures(cell), stat.ci95())
 
 
 def evaluate_goals(result: Mapping[str, Any]) -> list[Goal]:
@@ -694,6 +713,7 @@ def crash_goals(crash: Mapping[str, Any], setup: str = "static") -> list[Goal]:
                 down + CRASH_MARGIN_S,
                 stat.spread,
                 failures(per),
+                stat.ci95(),
             )
         )
     for lag, per in cells:
@@ -752,16 +772,19 @@ def goals_table(goals: Sequence[Mapping[str, Any]]) -> str:
         verdict = "not measured" if met is None else ("yes" if met else "**no**")
         if failed:
             verdict += f" ({failed} failed run{'s' if failed > 1 else ''})"
+        ci = g.get("ci95")
         rows.append(
             [
                 str(g.get("goal")),
                 "n/a" if value is None else f"{value:.3f}",
+                "n/a" if not ci else f"{ci[0]:.3f}-{ci[1]:.3f}",
                 str(g.get("target")),
                 verdict,
                 "n/a" if spread is None else f"{spread * 100:.0f} %" + (f" {NOISY_MARK}" if g.get("noisy") else ""),
             ]
         )
-    return markdown_table(["goal", "value", "target", "met?", "spread of repeats"], rows, align="lrlll")
+    header = ["goal", "value", "95 % interval of the median", "target", "met?", "spread of repeats"]
+    return markdown_table(header, rows, align="lrrlll")
 
 
 def failed_cells(result: Mapping[str, Any]) -> list[str]:

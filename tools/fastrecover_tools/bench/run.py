@@ -375,6 +375,7 @@ def summarize_restarts(
 CRASH_METRICS = (
     "crash_to_fresh_s",
     "spawn_to_fresh_s",
+    "spawn_to_fresh_cpu_s",
     "first_spawn_to_fresh_s",
     "ready_s",
     "client_s",
@@ -405,7 +406,10 @@ def _say_crash(what: str, run: Mapping[str, Any]) -> None:
     if "error" in run:
         _say(f"{what}: FAILED: {run['error']}{tail}")
         return
-    _say(f"{what}: crash→fresh {run['crash_to_fresh_s']:.2f}s, spawn→fresh {run['spawn_to_fresh_s']:.2f}s{tail}")
+    cpu = run.get("spawn_to_fresh_cpu_s")
+    cpu_said = "" if cpu is None else f" ({cpu * 1000:.0f} ms of CPU)"
+    times = f"crash→fresh {run['crash_to_fresh_s']:.2f}s, spawn→fresh {run['spawn_to_fresh_s']:.2f}s"
+    _say(f"{what}: {times}{cpu_said}{tail}")
 
 
 def run_crashes(bootstrap: str, opts: BenchOptions, workdir: Path) -> dict[str, dict[int, dict[str, list[Any]]]]:
@@ -444,7 +448,7 @@ def summarize_crash_cell(plain: Sequence[Mapping[str, Any]], fast: Sequence[Mapp
     """Both modes of one crash cell, the paired ratios (fastrecover over plain), failures and fatal exits."""
     per = {"plain": plain, "fastrecover": fast}
     out: dict[str, Any] = {mode: _summ(runs, CRASH_METRICS) for mode, runs in per.items()}
-    for metric in ("crash_to_fresh_s", "spawn_to_fresh_s", "client_s"):
+    for metric in ("crash_to_fresh_s", "spawn_to_fresh_s", "spawn_to_fresh_cpu_s", "client_s"):
         out[f"ratio_{metric}"] = paired_ratios([r.get(metric) for r in fast], [r.get(metric) for r in plain]).to_dict()
     out["errors"] = {mode: [r["error"] for r in runs if "error" in r] for mode, runs in per.items()}
     out["fatal_exits"] = {mode: sum(len(r.get("fatal_after_s") or ()) for r in runs) for mode, runs in per.items()}

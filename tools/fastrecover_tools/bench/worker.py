@@ -311,7 +311,13 @@ def run(argv: list[str] | None = None) -> int:
                 live_seen += 1
                 if not fresh:
                     fresh = True
-                    _emit("fresh", partition=msg.partition(), offset=msg.offset(), produced_ms=msg.timestamp()[1])
+                    _emit(
+                        "fresh",
+                        partition=msg.partition(),
+                        offset=msg.offset(),
+                        produced_ms=msg.timestamp()[1],
+                        cpu=time.process_time(),  # every thread's CPU since the process started
+                    )
         if batch and on_batch is not None:
             on_batch()
         if not lag_done and lag_seen >= lag_total:
