@@ -320,6 +320,7 @@ class CommitRouter:
             if floor is None or self._book.held(key) or key in offsets.done:
                 continue
             partitions.drop_floors([key])
+            offsets.advance(key, floor)
             tps.append(TopicPartition(key.topic, key.partition, floor))
         if tps:
             try:

@@ -164,6 +164,17 @@ class PrimaryOffsets:
         self.last = None
         self.unsettled = []
 
+    def advance(self, key: Key, offset: int) -> None:
+        """``key``'s next offset is ``offset`` though no record was returned there: every offset below is done.
+
+        Its primary skipped to ``offset`` and the ranges below have finished.  Stored and committed from
+        here as a returned record's would be, so a commit of it that failed (a rebalance in progress) is
+        made again by the next store and auto-commit.
+        """
+        self.fold()
+        self.done[key] = offset
+        self.dirty.add(key)
+
     def take_dirty(self, keys: Iterable[Key] | None = None) -> dict[Key, int]:
         """Next offsets changed since the last call (of ``keys``), to store or commit."""
         self.fold()

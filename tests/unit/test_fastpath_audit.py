@@ -385,6 +385,17 @@ class TestPrimaryOffsets:
         po.sync([(("a", 1), -1001)])  # a revoked partition forgets its hidden position too
         assert po.done == {("a", 0): 5}
 
+    def test_an_advanced_partition_is_stored_again_until_a_returned_record_moves_it(self) -> None:
+        """A finished partition's floor is the primary's next offset: stored like a returned record's, and
+        kept by a sync that knows no position there (the primary returned nothing since its jump)."""
+        po = PrimaryOffsets()
+        po.advance(("a", 0), 4020)
+        assert po.take_dirty() == {("a", 0): 4020}
+        po.sync([(("a", 0), -1001)])
+        assert po.take_dirty() == {} and po.done[("a", 0)] == 4020
+        po.sync([(("a", 0), 4025)])
+        assert po.take_dirty() == {("a", 0): 4025}
+
     def test_a_record_returned_before_the_steady_state_never_moves_its_position_back(self) -> None:
         """A record noted as the last returned, then the steady state (positions): the commit takes the position.
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
+from fastrecover_tools.chaos import command
 from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver
 
 
@@ -34,3 +36,18 @@ def test_an_unknown_group_protocol_is_refused_by_name(tmp_path: Path) -> None:
 def test_an_unknown_operator_action_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"operator actions must be among .* got \['reset-latest'\]"):
         ChaosConfig(bootstrap="127.0.0.1:1", store_url="sqlite://", workdir=tmp_path, operator_actions=["reset-latest"])
+
+
+def _chaos_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_an_assignment_strategy_is_a_classic_groups_setting(tmp_path: Path) -> None:
+    args = _chaos_args("--group-protocol", "consumer", "--assignment-strategy", "cooperative-sticky")
+    with pytest.raises(SystemExit, match="--assignment-strategy cooperative-sticky is a classic group's setting"):
+        command.run(args)
+    assert _chaos_args("--assignment-strategy", "cooperative-sticky").assignment_strategy == "cooperative-sticky"
+    with pytest.raises(SystemExit):
+        _chaos_args("--assignment-strategy", "sticky")  # not one librdkafka's classic groups offer

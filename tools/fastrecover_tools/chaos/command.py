@@ -15,6 +15,9 @@ from typing import Any
 from fastrecover.secrets import mask_url
 from fastrecover_tools.testing.worker import APIS, STALL_POINTS
 
+#: the classic group's assignors `--assignment-strategy` offers (librdkafka's names)
+ASSIGNMENT_STRATEGIES = ("range", "roundrobin", "cooperative-sticky")
+
 log = logging.getLogger("fastrecover_tools.chaos")
 
 EXIT_PASS = 0
@@ -86,6 +89,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the members' group.protocol (default classic). With consumer (KIP-848) the broker's "
         "group.consumer.session.timeout.ms, not --session-ms, decides when a dead member's partitions move: "
         "brokers this project starts set 3 s, Kafka's default is 45 s",
+    )
+    p.add_argument(
+        "--assignment-strategy",
+        choices=ASSIGNMENT_STRATEGIES,
+        default=None,
+        help="the members' partition.assignment.strategy in a classic group (default: librdkafka's "
+        "range,roundrobin); cooperative-sticky moves only the partitions that change owner, incrementally",
     )
     p.add_argument(
         "--up",
@@ -208,6 +218,14 @@ def run(args: argparse.Namespace) -> int:
     from fastrecover_tools.chaos.driver import ChaosConfig, ChaosDriver
     from fastrecover_tools.chaos.report import dumps, format_result
 
+    if args.assignment_strategy and args.group_protocol != "classic":
+        raise SystemExit(
+            f"--assignment-strategy {args.assignment_strategy} is a classic group's setting; with "
+            f"--group-protocol {args.group_protocol} the broker assigns the partitions"
+        )
+    strategy = []
+    if args.assignment_strategy:
+        strategy = ["--set", f"partition.assignment.strategy={args.assignment_strategy}"]
     workdir: Path = args.workdir or Path(tempfile.mkdtemp(prefix="fastrecover-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     store_url = args.store_url or f"sqlite:///{workdir / 'ranges.db'}"
@@ -237,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             drain_timeout_s=args.drain_timeout,
             group_protocol=args.group_protocol,
+            worker_args=strategy,
             operator_actions=args.operator_actions,
             operator_every=args.operator_every,
             replay_share=args.replay_share,
@@ -245,7 +264,8 @@ def run(args: argparse.Namespace) -> int:
             net_freeze_share=net_share if networks else 0.0,
         )
         print(
-            f"chaos: {args.members} members ({args.group_protocol} group), {args.cycles} kill cycles, "
+            f"chaos: {args.members} members ({args.group_protocol} group"
+            f"{', ' + args.assignment_strategy if args.assignment_strategy else ''}), {args.cycles} kill cycles, "
             f"{args.topics} topics x {args.partitions} partitions at {args.rate:g} records/s; "
             f"broker {servers}; store {mask_url(store_url)}; "
             f"work dir {workdir}",
