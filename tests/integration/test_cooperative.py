@@ -18,7 +18,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import confluent_kafka
 import pytest
 from confluent_kafka import Message, TopicPartition
 
@@ -26,6 +25,7 @@ from fastrecover import Consumer
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.dropin import make_lag
+from tests.integration.helpers import group_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -118,11 +118,7 @@ def test_partitions_moving_incrementally_mid_backfill_lose_nothing(
 
         def caught_up() -> bool:
             step()
-            probe = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-            try:
-                kafka = [tp.offset for tp in probe.committed(tps, timeout=10)]
-            finally:
-                probe.close()
+            kafka = [tp.offset for tp in group_offsets(bootstrap, group, topic, PARTITIONS)]
             merged = [tp.offset for tp in members[0].consumer.committed(tps, timeout=10)]
             return merged == kafka == [LOG_END + FRESH] * PARTITIONS
 

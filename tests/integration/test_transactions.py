@@ -22,7 +22,7 @@ from fastrecover import Consumer
 from fastrecover.store import open_store
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import parallel_config
+from tests.integration.helpers import consume_until, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -51,16 +51,6 @@ def _values(got: list[Message]) -> list[str]:
 
 def _tagged(*tags: tuple[str, int]) -> set[str]:
     return {f"{tag}{i}" for tag, count in tags for i in range(count)}
-
-
-def _read(consumer: Consumer, got: list[Message], done: Any, what: str) -> None:
-    def step() -> bool:
-        got.extend(m for m in consumer.consume(100, 0.1) if m.error() is None)
-        if got:
-            consumer.commit(asynchronous=True)
-        return bool(done())
-
-    wait_for(step, 60, 0.01, what)
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
@@ -93,7 +83,7 @@ def test_a_lag_of_transactions_is_backfilled_to_its_stable_end_and_the_open_one_
         lag = _tagged(("a", COMMITTED_A), ("c", COMMITTED_C)) | (
             set() if committed else _tagged(("b", ABORTED_B), ("d", OPEN_D))
         )
-        _read(consumer, got, lambda: set(_values(got)) >= lag, "the lag")
+        consume_until(consumer, got, lambda: set(_values(got)) >= lag, 60, "the lag")
         with open_store(store_url) as store:
             (token,) = store.ranges(unique_group)
 
@@ -110,7 +100,9 @@ def test_a_lag_of_transactions_is_backfilled_to_its_stable_end_and_the_open_one_
         _write(producer, topic, "e", FRESH_E)
         producer.commit_transaction(30)
         everything = lag | _tagged(("d", OPEN_D), ("e", FRESH_E))
-        _read(consumer, got, lambda: set(_values(got)) >= everything, "the open transaction, then fresh records")
+        consume_until(
+            consumer, got, lambda: set(_values(got)) >= everything, 60, "the open transaction, then fresh records"
+        )
         values = _values(got)
         assert set(values) == everything
         assert len(values) == len(everything), "each record once"
