@@ -185,12 +185,21 @@ class CommitRouter:
         self._partitions.drop_floors(k for k, _o, _m in triples)
         return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
 
-    def commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
-        """The offset-less commit(): everything stored so far, in both logs."""
+    def settle_stored(self) -> None:
+        """What the application has processed, stored: the primary's in librdkafka's offset store.
+
+        Under ``enable.auto.offset.store`` the records returned so far count as processed, the last one
+        too, as librdkafka's own store counts them; the application's deferred ``store_offsets`` go in.
+        Nothing is committed here.
+        """
         self.flush_deferred()
         if self._parts.auto_store:
             self._streams.settle_returned(sync=True)
         self.store_primary()
+
+    def commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
+        """The offset-less commit(): everything stored so far, in both logs."""
+        self.settle_stored()
         self._book.promote_stored()
         if asynchronous:  # marked in memory: the write-behind writes it on its cadence (tick)
             try:

@@ -40,6 +40,8 @@ class HandBack:
         self._partitions = parts.partitions
         #: Kafka's committed offsets read before librdkafka's close (prepare_close); None when not closing
         self._close_committed: dict[TopicPartitionKey, int] | None = None
+        #: the primary's positions read at the same time: inside close's revoke librdkafka has none
+        self._close_reached: dict[tuple[str, int], int] = {}
 
     def store_for_release(self) -> RangeStore | None:
         """The store for a revoke or close; what its background open raised is not raised here.
@@ -77,11 +79,11 @@ class HandBack:
         if self._close_committed is not None:
             # closing: read before librdkafka's close, and the application's on_revoke may have committed
             # above it since, so the hand-back is committed whatever that read said (flushed False)
-            current, flushed = self._close_committed, False
+            current, flushed, reached = self._close_committed, False, self._close_reached
         else:
             flushed = self._commit_stored() if self._parts.auto_commit else True
             current = self._read_committed(open_keys)
-        reached = dict(self._parts.positions(open_keys) or [])
+            reached = dict(self._parts.positions(open_keys) or [])
         tps = []
         for key in open_keys:
             held = [h for h in self._book.held(key) if not h.parked]
@@ -147,15 +149,19 @@ class HandBack:
             return {}
 
     def prepare_close(self) -> None:
-        """Read the committed offsets the hand-back needs before librdkafka's close begins.
+        """Read the committed offsets and positions the hand-back needs before librdkafka's close begins.
 
         Inside the revoke that close runs, librdkafka answers no committed-offset request (the
-        call times out), while commits still go through.
+        call times out), while commits still go through; and it knows no position any more.  Without
+        the positions, nothing the primary returned could be handed back as done, and a fastrecover
+        successor read it again: every rolling restart during a backfill re-read its fresh records.
+        No record reaches the application once close() has begun, so these positions are its last.
         """
         keys = self._open_keys(list(self._partitions.assigned))
         if keys and self._parts.auto_commit:
             self._commit_stored()  # the primary's progress may sit in librdkafka's offset store only
         self._close_committed = self._read_committed(keys) if keys else {}
+        self._close_reached = dict(self._parts.positions(keys) or []) if keys else {}
 
     def _commit_stored(self) -> bool:
         """Commit what librdkafka's offset store holds (there is no call that reads it); False on failure."""

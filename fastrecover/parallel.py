@@ -21,7 +21,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.commits import CommitRouter
@@ -252,6 +252,10 @@ class ParallelMode:
             if manual:
                 self.handover.let_go(list(self.partitions.assigned), lost=False)
             else:
+                try:  # the last record returned is processed, as a revoke counts it: the hand-back reads it
+                    self.router.settle_stored()
+                except KafkaException as exc:  # librdkafka's close must run whatever: it leaves the group
+                    log.warning("close: could not store the offsets of the last records returned: %s", exc)
                 self.handover.hand_back.prepare_close()
             _K.close(self.app)
             if not manual and len(self.partitions):

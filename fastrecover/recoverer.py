@@ -301,8 +301,9 @@ class Recoverer:
         store = self._link.get()
         inputs = self.pending
         stored = self._reads.stored_tokens(store, {k: store_floor(g.committed, g.mirrored) for k, g in inputs.items()})
-        if store is None or stored is None:
-            return None  # down: the link's back-off paces the next try (the parked mirror keeps the ranges)
+        if store is None or stored is None:  # down: tried again after a back-off (the parked mirror keeps the ranges)
+            self._pending_after = time.monotonic() + self._settings.retry_backoff_s
+            return None
         cluster = ""
         if any(stored.values()) or any(g.mirrored or g.late for g in inputs.values()):
             found = self._reads.cluster_label(next(iter(inputs)).topic)

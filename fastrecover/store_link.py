@@ -25,6 +25,8 @@ log = logging.getLogger("fastrecover.committer")
 _UNBOUNDED_STATEMENT_MS = 30_000
 #: room for a connection, its pre-ping and the commit around the statements of one transaction
 CONNECT_SLACK_S = 5.0
+#: how often a store that stays unavailable is reported again
+_REPEAT_WARNING_S = 60.0
 
 
 class StoreLink:
@@ -52,6 +54,10 @@ class StoreLink:
         self._statement_timeout_ms = statement_timeout_ms
         self._store: RangeStore | None = None
         self._retry_at = 0.0
+        #: since when opens have failed (monotonic), how many, and when that was last reported; None: no outage
+        self._down_since: float | None = None
+        self._failed_opens = 0
+        self._warned_at = 0.0
         #: a write that did not answer within the bound: until it ends, the store counts as down
         self._stalled: threading.Event | None = None
         # The longest a healthy transaction takes: a lock wait, a statement, and room for the connection.
@@ -160,8 +166,7 @@ class StoreLink:
             self._opening = None
             error, self._open_error = self._open_error, None
         if isinstance(error, StoreUnavailableError):
-            self._retry_at = time.monotonic() + self._backoff
-            log.warning("range store unavailable (%s); fast recovery is off until it answers", error)
+            self._unavailable(error)
         elif error is not None:
             raise error  # a store behind in schema, a bad URL: the operator's to fix
         return True
@@ -182,9 +187,39 @@ class StoreLink:
         try:
             self._store = self._open()
         except StoreUnavailableError as exc:  # a store behind in schema is the operator's to fix: it raises
-            self._retry_at = time.monotonic() + self._backoff
-            log.warning("range store unavailable (%s); fast recovery is off until it answers", exc)
+            self._unavailable(exc)
+            return None
+        if self._down_since is not None:
+            log.info(
+                "range store answers again after %.0f s and %d failed opens; fast recovery is back on",
+                time.monotonic() - self._down_since,
+                self._failed_opens,
+            )
+            self._down_since, self._failed_opens = None, 0
         return self._store
+
+    def _unavailable(self, error: StoreUnavailableError) -> None:
+        """An open failed: the next waits a back-off.  Said once per outage, then once a minute, not per try.
+
+        Every tick that needs the store tries once its back-off (1 s by default) has passed: a warning
+        per try filled the log of a long outage with the same line, sixty a minute per consumer.
+        """
+        now = time.monotonic()
+        self._retry_at = now + self._backoff
+        self._failed_opens += 1
+        if self._down_since is None:
+            self._down_since = self._warned_at = now
+            log.warning("range store unavailable (%s); fast recovery is off until it answers", error)
+        elif now - self._warned_at >= _REPEAT_WARNING_S:
+            self._warned_at = now
+            log.warning(
+                "range store still unavailable after %.0f s and %d failed opens (%s); fast recovery stays off",
+                now - self._down_since,
+                self._failed_opens,
+                error,
+            )
+        else:
+            log.debug("range store still unavailable: %s", error)
 
     def failed(self) -> None:
         """The store stopped answering: wait a back-off before the next attempt."""

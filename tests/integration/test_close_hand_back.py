@@ -129,7 +129,8 @@ def test_with_the_consumer_group_protocol_close_hands_back_after_on_revoke(
 
 def _close_after_a_commit_in_on_revoke(
     auto_commit: bool, app_commit: str, bootstrap: str, topic: str, group: str, store_url: str, extra: dict[str, Any]
-) -> None:
+) -> set[int]:
+    """Close during the backfill; the plain successor's check.  Returns the offsets never delivered."""
     make_lag(bootstrap, topic, group, committed=COMMITTED, log_end=BACKLOG_END)
     config = parallel_config(
         bootstrap,
@@ -186,3 +187,40 @@ def _close_after_a_commit_in_on_revoke(
         f"{len(lost)} of {len(never)} undelivered records"
     )
     assert not lost, f"a plain successor lost {len(lost)} undelivered records: {lost[:5]}...{lost[-5:]}"
+    return never
+
+
+def test_close_records_what_the_primary_returned_so_a_fastrecover_successor_does_not_read_it_again(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """The fresh records the primary returned above the open range are handed back as done, not only Kafka's offset.
+
+    Inside the revoke that librdkafka's close runs, the primary's positions cannot be read; they are
+    read before it, with the committed offsets.  A fastrecover successor then backfills only what the
+    closed member never delivered: a rolling restart during a backfill re-reads no fresh record.
+    """
+    topic = topic_factory(partitions=1)
+    group = unique_group
+    never = _close_after_a_commit_in_on_revoke(True, "message", bootstrap, topic, group, store_url, {})
+    successor = Consumer(parallel_config(bootstrap, group, store_url, **{"enable.auto.commit": True}))
+    delivered: list[Message] = []
+
+    def backfilled() -> bool:
+        got = {offset_of(m) for m in delivered}
+        return (
+            never <= got
+            and bool(successor.recoveries)
+            and not any(not progress.done for _, progress in successor.backfill_progress())
+        )
+
+    try:
+        successor.subscribe([topic])
+        poll_until(successor, delivered, backfilled, 60, "the successor's backfill of what was never delivered")
+        recoveries = successor.recoveries
+    finally:
+        successor.close()
+    again = sorted(o for o in (offset_of(m) for m in delivered) if o >= BACKLOG_END)
+    assert not again, (
+        f"the successor read {len(again)} fresh records the closed consumer had returned and committed again "
+        f"(offsets {again[:3]}...{again[-3:]}); its recovery: {recoveries}"
+    )

@@ -9,7 +9,9 @@ sooner gets it at once.  The moments the open begins are read on the ``store-ope
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer, mode_state
 from fastrecover.store import open_store
+from fastrecover.store.models import TABLE_NAME
 from fastrecover.tokens import TokenState
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
@@ -194,5 +197,52 @@ def test_with_the_replay_limit_at_zero_the_open_is_not_deferred(
     try:
         wait_for(lambda: bool(store_opens), 30, 0.005, "the open to begin with no recovery asking")
         assert mode_of(consumer).link.get() is not None
+    finally:
+        consumer.close()
+
+
+@pytest.mark.usefixtures("slow_deferral")
+def test_a_store_that_opened_then_fails_its_reads_is_asked_again_after_the_back_off_not_at_every_tick(
+    bootstrap: str, topic_factory: Any, unique_group: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store's part of a replay's recovery, on a store that opened and then cannot be read.
+
+    Each tick (every 50 ms of polling) asked the store again and logged a warning: a hot loop on a store
+    that is down.  It is asked once per ``fastrecover.store.retry.backoff.ms``, and once the store answers
+    the recovery finishes: the range owed below the committed offset is claimed, nothing is lost.
+    """
+    path = tmp_path / "ranges.db"
+    store_url = f"sqlite:///{path}"
+    topic = topic_factory(partitions=1)
+    _lag_behind_a_plain_commit(bootstrap, topic, unique_group, store_url)
+    consumer = Consumer(_defaults(bootstrap, unique_group, store_url))
+    broken_s = 2.5
+    try:
+        mode = mode_of(consumer)
+        consumer.assign([TopicPartition(topic, 0)])
+        got: list[Message] = []
+        consume_until(consumer, got, lambda: len(got) >= LOG_END - COMMITTED, 30, "the replayed lag")
+        assert mode.recoverer.pending, "the replay left its recovery's store part for later"
+        wait_for(lambda: not mode.link.opening, 30, 0.01, "the deferred open to end (no poll: no tick uses it)")
+        with sqlite3.connect(path) as admin:  # the store opened; now its ranges cannot be read
+            admin.execute(f"ALTER TABLE {TABLE_NAME} RENAME TO {TABLE_NAME}_away")
+        caplog.clear()
+        caplog.set_level("WARNING", logger="fastrecover")
+        until = time.monotonic() + broken_s
+        while time.monotonic() < until:
+            consumer.poll(0.01)
+        tries = sum("range store unreadable" in r.getMessage() for r in caplog.records)
+        assert 1 <= tries <= broken_s / mode.settings.retry_backoff_s + 1, (
+            f"{tries} reads of a failing store in {broken_s} s (back-off {mode.settings.retry_backoff_s} s)"
+        )
+        assert mode.recoverer.pending, "nothing was recovered from a store that cannot be read"
+        with sqlite3.connect(path) as admin:
+            admin.execute(f"ALTER TABLE {TABLE_NAME}_away RENAME TO {TABLE_NAME}")
+
+        def recovered() -> bool:
+            consumer.poll(0.01)
+            return not mode.recoverer.pending
+
+        wait_for(recovered, 30, 0.001, "the store's part of the recovery once the store answers")
     finally:
         consumer.close()

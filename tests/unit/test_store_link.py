@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -154,5 +155,38 @@ def test_postpone_has_no_effect_once_the_store_is_wanted_now(tmp_path: Path, sto
         link.postpone(30.0)
         wait_for(lambda: not link.opening, 30, 0.005, "the wanted open to end")
         assert len(store_opens) == 1 and store_opens[0] < asked + 5.0, "not held by the postponement"
+    finally:
+        link.close()
+
+
+def test_an_unavailable_store_is_reported_once_per_outage_not_per_try(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long outage logs one warning, then one a minute with the count; the store answering again says so once."""
+    missing = tmp_path / "not-yet"
+    link = StoreLink(f"sqlite:///{missing}/ranges.db", True, 0.0, 1000, 1000)
+    caplog.set_level("DEBUG", logger="fastrecover")
+    tries = 5
+    for _ in range(tries):
+        assert link.get(force=True) is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "range store unavailable" in warnings[0], warnings
+    assert sum("still unavailable" in r.getMessage() for r in caplog.records if r.levelname == "DEBUG") == tries - 1
+
+    monkeypatch.setattr("fastrecover.store_link._REPEAT_WARNING_S", 0.0)  # a minute has passed at every try
+    caplog.clear()
+    assert link.get(force=True) is None
+    (repeat,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert re.search(rf"still unavailable after \d+ s and {tries + 1} failed opens", repeat), repeat
+
+    missing.mkdir()
+    caplog.clear()
+    try:
+        assert link.get(force=True) is not None
+        (back,) = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+        assert re.search(rf"after \d+ s and {tries + 1} failed opens", back), back
+        caplog.clear()
+        assert link.get(force=True) is not None
+        assert not [r for r in caplog.records if "answers again" in r.getMessage()], "said once, not at every get()"
     finally:
         link.close()
