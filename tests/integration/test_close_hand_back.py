@@ -200,9 +200,8 @@ def test_close_records_what_the_primary_returned_so_a_fastrecover_successor_does
     closed member never delivered: a rolling restart during a backfill re-reads no fresh record.
     """
     topic = topic_factory(partitions=1)
-    group = unique_group
-    never = _close_after_a_commit_in_on_revoke(True, "message", bootstrap, topic, group, store_url, {})
-    successor = Consumer(parallel_config(bootstrap, group, store_url, **{"enable.auto.commit": True}))
+    never = _close_after_a_commit_in_on_revoke(True, "message", bootstrap, topic, unique_group, store_url, {})
+    successor = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"enable.auto.commit": True}))
     delivered: list[Message] = []
 
     def backfilled() -> bool:

@@ -208,8 +208,8 @@ def test_a_store_that_opened_then_fails_its_reads_is_asked_again_after_the_back_
     """The store's part of a replay's recovery, on a store that opened and then cannot be read.
 
     Each tick (every 50 ms of polling) asked the store again and logged a warning: a hot loop on a store
-    that is down.  It is asked once per ``fastrecover.store.retry.backoff.ms``, and once the store answers
-    the recovery finishes: the range owed below the committed offset is claimed, nothing is lost.
+    that is down.  It is asked once per ``fastrecover.store.retry.backoff.ms``, and the recovery's store
+    part waits meanwhile; once the store answers, it is done.
     """
     path = tmp_path / "ranges.db"
     store_url = f"sqlite:///{path}"
