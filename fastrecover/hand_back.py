@@ -38,10 +38,9 @@ class HandBack:
         self._app = parts.app
         self._book = parts.book
         self._partitions = parts.partitions
-        #: Kafka's committed offsets read before librdkafka's close (prepare_close); None when not closing
-        self._close_committed: dict[TopicPartitionKey, int] | None = None
-        #: the primary's positions read at the same time: inside close's revoke librdkafka has none
-        self._close_reached: dict[tuple[str, int], int] = {}
+        #: Kafka's committed offsets and the primary's positions, read before librdkafka's close
+        #: (prepare_close): inside close's revoke librdkafka answers neither.  None when not closing
+        self._close_read: tuple[dict[TopicPartitionKey, int], dict[tuple[str, int], int]] | None = None
 
     def store_for_release(self) -> RangeStore | None:
         """The store for a revoke or close; what its background open raised is not raised here.
@@ -76,10 +75,10 @@ class HandBack:
         open_keys = self._open_keys(keys)
         if store is None or not open_keys:
             return
-        if self._close_committed is not None:
+        if self._close_read is not None:
             # closing: read before librdkafka's close, and the application's on_revoke may have committed
             # above it since, so the hand-back is committed whatever that read said (flushed False)
-            current, flushed, reached = self._close_committed, False, self._close_reached
+            (current, reached), flushed = self._close_read, False
         else:
             flushed = self._commit_stored() if self._parts.auto_commit else True
             current = self._read_committed(open_keys)
@@ -160,8 +159,7 @@ class HandBack:
         keys = self._open_keys(list(self._partitions.assigned))
         if keys and self._parts.auto_commit:
             self._commit_stored()  # the primary's progress may sit in librdkafka's offset store only
-        self._close_committed = self._read_committed(keys) if keys else {}
-        self._close_reached = dict(self._parts.positions(keys) or []) if keys else {}
+        self._close_read = (self._read_committed(keys), dict(self._parts.positions(keys) or [])) if keys else ({}, {})
 
     def _commit_stored(self) -> bool:
         """Commit what librdkafka's offset store holds (there is no call that reads it); False on failure."""
