@@ -78,6 +78,9 @@ class CommitRouter:
         self.deferred_stored: Deferred = defaultdict(list)
         #: runs the store's part of recoveries made while it opened, waiting for the open (the hand-over's)
         self._finish_recoveries: Callable[[bool], None] = lambda wait: None
+        #: while close() runs: the Kafka offsets synchronous commits wrote (an on_revoke's), which the
+        #: hand-back counts as processed, since librdkafka answers no committed-offset read inside close
+        self.closing_commits: dict[TopicPartitionKey, int] | None = None
 
     def wait_for_store_with(self, finish: Callable[[bool], None]) -> None:
         """How a synchronous commit makes ranges read early durable first (the hand-over comes after the router)."""
@@ -183,7 +186,23 @@ class CommitRouter:
     ) -> list[TopicPartition] | None:
         tps = [self._parts.progress_mirror(k, o, m) for k, o, m in triples]
         self._partitions.drop_floors(k for k, _o, _m in triples)
-        return _K.commit(self.app, offsets=tps, asynchronous=asynchronous)  # type: ignore[call-overload,no-any-return]
+        if asynchronous:
+            return _K.commit(self.app, offsets=tps, asynchronous=True)  # type: ignore[no-any-return]
+        return self._noted(_K.commit(self.app, offsets=tps, asynchronous=False))
+
+    def closing(self) -> dict[TopicPartitionKey, int]:
+        """close() begins: the offsets synchronous commits write from here on are kept, in the dict returned."""
+        self.closing_commits = {}
+        return self.closing_commits
+
+    def _noted(self, result: list[TopicPartition] | None) -> list[TopicPartition] | None:
+        """``result`` of a synchronous Kafka commit, its offsets kept in :attr:`closing_commits` while closing."""
+        if self.closing_commits is not None:
+            for tp in result or []:
+                if tp.error is None and tp.offset >= 0:
+                    key = key_of(tp)
+                    self.closing_commits[key] = max(tp.offset, self.closing_commits.get(key, tp.offset))
+        return result
 
     def settle_stored(self) -> None:
         """What the application has processed, stored: the primary's in librdkafka's offset store.
@@ -212,7 +231,7 @@ class CommitRouter:
 
         def kafka() -> list[TopicPartition] | None:
             try:
-                return _K.commit(self.app, asynchronous=False)  # type: ignore[no-any-return]
+                return self._noted(_K.commit(self.app, asynchronous=False))
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError._NO_OFFSET:
                     raise

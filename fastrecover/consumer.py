@@ -20,6 +20,7 @@ from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover._accel import fast_offsets, fast_poll
 from fastrecover.config import mode_requested, parse_bool, split_config
+from fastrecover.held import held_callbacks
 from fastrecover.startup import PendingMode, advise_static_membership, built_mode, child_handle, pending_class
 from fastrecover.steady import FAST_CALLS, IDLE_SLICE_S, SteadyGate
 from fastrecover.steady import poll as _steady_poll
@@ -76,7 +77,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
                 self.__class__ = _PlainMode
             return
         child = child_handle(conf, settings)  # before the primary, or None: made when first needed
-        primary_conf = dict(conf)
+        primary_conf, held = held_callbacks(conf)  # what they raise waits for the next call (held.py)
         if parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True)):
             # We store the primary's offsets ourselves, one call late and with the range mirror:
             # a record counts as done once the application comes back for more.
@@ -85,7 +86,7 @@ class Consumer(_KafkaConsumer):  # type: ignore[misc]
         try:
             super().__init__(primary_conf)
             advise_static_membership(conf)
-            self._pending = PendingMode(conf, settings, child)
+            self._pending = PendingMode(conf, settings, child, held)
             if type(self) is not _PendingConsumer or not settings.defers_store_open:  # built now: startup.py says why
                 self._build_mode()
         except BaseException:

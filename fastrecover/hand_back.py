@@ -39,8 +39,11 @@ class HandBack:
         self._book = parts.book
         self._partitions = parts.partitions
         #: Kafka's committed offsets and the primary's positions, read before librdkafka's close
-        #: (prepare_close): inside close's revoke librdkafka answers neither.  None when not closing
-        self._close_read: tuple[dict[TopicPartitionKey, int], dict[tuple[str, int], int]] | None = None
+        #: (prepare_close): inside close's revoke librdkafka answers neither; and the offsets synchronous
+        #: commits wrote since (the router's, filled as an on_revoke commits).  None when not closing
+        self._close_read: (
+            tuple[dict[TopicPartitionKey, int], dict[tuple[str, int], int], dict[TopicPartitionKey, int]] | None
+        ) = None
 
     def store_for_release(self) -> RangeStore | None:
         """The store for a revoke or close; what its background open raised is not raised here.
@@ -77,8 +80,10 @@ class HandBack:
             return
         if self._close_read is not None:
             # closing: read before librdkafka's close, and the application's on_revoke may have committed
-            # above it since, so the hand-back is committed whatever that read said (flushed False)
-            (current, reached), flushed = self._close_read, False
+            # above it since, so the hand-back is committed whatever that read said (flushed False); what
+            # that on_revoke committed synchronously counts as processed, as a committed read would say
+            (read, reached, since), flushed = self._close_read, False
+            current = {**read, **{k: max(o, read.get(k, o)) for k, o in since.items()}}
         else:
             flushed = self._commit_stored() if self._parts.auto_commit else True
             current = self._read_committed(open_keys)
@@ -147,7 +152,7 @@ class HandBack:
             log.warning("could not read committed offsets to hand ranges back: %s", exc)
             return {}
 
-    def prepare_close(self) -> None:
+    def prepare_close(self, committed_since: dict[TopicPartitionKey, int]) -> None:
         """Read the committed offsets and positions the hand-back needs before librdkafka's close begins.
 
         Inside the revoke that close runs, librdkafka answers no committed-offset request (the
@@ -155,11 +160,14 @@ class HandBack:
         the positions, nothing the primary returned could be handed back as done, and a fastrecover
         successor read it again: every rolling restart during a backfill re-read its fresh records.
         No record reaches the application once close() has begun, so these positions are its last.
+        ``committed_since`` fills with what the application commits synchronously from here on (in its
+        on_revoke): read after this, it would be in the committed offsets.
         """
         keys = self._open_keys(list(self._partitions.assigned))
         if keys and self._parts.auto_commit:
             self._commit_stored()  # the primary's progress may sit in librdkafka's offset store only
-        self._close_read = (self._read_committed(keys), dict(self._parts.positions(keys) or [])) if keys else ({}, {})
+        read = (self._read_committed(keys), dict(self._parts.positions(keys) or [])) if keys else ({}, {})
+        self._close_read = (*read, committed_since)
 
     def _commit_stored(self) -> bool:
         """Commit what librdkafka's offset store holds (there is no call that reads it); False on failure."""

@@ -85,7 +85,9 @@ class Handover:
     def subscribed(self, on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         """The primary was subscribed with callbacks that reach this hand-over's (``subscribe()``, or
         the consumer's relays while its mode was being built: fastrecover/startup.py)."""
-        self.user_cbs = (on_assign, on_revoke, on_lost)
+        # what they raise is held for the next poll()/consume(), not thrown into confluent_kafka (held.py)
+        guard = self._parts.held.guarded
+        self.user_cbs = tuple(None if cb is None else guard(cb) for cb in (on_assign, on_revoke, on_lost))
         self.manual = False
         self._gate.expect_assignment()
 

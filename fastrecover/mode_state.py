@@ -26,6 +26,7 @@ from fastrecover.child import ChildReader
 from fastrecover.codec import lineage_cluster, new_lineage
 from fastrecover.committer import RangeCommitter
 from fastrecover.config import Settings, child_config, is_cooperative, parse_bool
+from fastrecover.held import HeldError
 from fastrecover.partitions import Partitions
 from fastrecover.primary import PrimaryOffsets
 from fastrecover.recoverer import Recovered, Recoverer
@@ -98,10 +99,17 @@ class ModeParts:
     """The units and settings of one mode-on consumer (``app`` is the application's object); never reassigned."""
 
     def __init__(
-        self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None = None
+        self,
+        app: _KafkaConsumer,
+        conf: dict[str, Any],
+        settings: Settings,
+        child: _KafkaConsumer | None = None,
+        held: HeldError | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
+        #: what the application's callbacks raised inside the primary's calls, for the next call to raise
+        self.held = held or HeldError()
         self.group = str(conf["group.id"])
         self.auto_commit = parse_bool("enable.auto.commit", conf.get("enable.auto.commit", True))
         self.auto_store = parse_bool("enable.auto.offset.store", conf.get("enable.auto.offset.store", True))

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.commits import CommitRouter
-from fastrecover.config import Settings
 from fastrecover.handover import Handover
 from fastrecover.mode_state import ModeParts, key_of
 from fastrecover.ranges import RangeProgress
@@ -36,6 +35,7 @@ from fastrecover.tokens import Token
 
 if TYPE_CHECKING:
     from fastrecover.metrics import ConsumerMetrics
+    from fastrecover.startup import PendingMode
 
 log = logging.getLogger("fastrecover.consumer")
 
@@ -52,12 +52,12 @@ def _wait(deadline: float | None, now: float, piece: float) -> float:
 class ParallelMode:
     """The mode-on consumer's facade: poll()/consume() over the units, and the calls that reach one unit."""
 
-    def __init__(
-        self, app: _KafkaConsumer, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None = None
-    ) -> None:
-        self.parts = parts = ModeParts(app, conf, settings, child)
+    def __init__(self, app: _KafkaConsumer, pending: PendingMode) -> None:
+        self.parts = parts = ModeParts(app, pending.conf, pending.settings, pending.child, pending.held)
         self.app = app
         self.gate = SteadyGate()
+        self.held = parts.held
+        self.held.ends_runs_of(self.gate)
         self.streams = Streams(parts, self.gate)
         self.router = CommitRouter(parts, self.streams)
         self.handover = Handover(parts, self.router, self.streams, self.gate)
@@ -66,7 +66,7 @@ class ParallelMode:
         # read by Consumer's per-record paths and by operators' tools: the parts, never replaced
         self.partitions = parts.partitions
         self.auto_store = parts.auto_store
-        self.settings = settings
+        self.settings = parts.settings
         self.owner = parts.owner
         self.book = parts.book
         self.child = parts.child
@@ -132,6 +132,7 @@ class ParallelMode:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         gate = self.gate
         while True:
+            self.held.raise_held()  # a callback's error, once the records of the call it ran in are out
             if gate.steady:  # no backfill under way: the primary alone, its records untracked (positions)
                 waits = self.steady_wait(deadline)
                 if waits is not None:
@@ -160,6 +161,7 @@ class ParallelMode:
     def consume(self, num: int, timeout: float) -> list[Message]:
         deadline = None if timeout < 0 else time.monotonic() + timeout
         while True:
+            self.held.raise_held()
             if self.gate.steady:
                 waits = self.steady_wait(deadline)
                 if waits is not None:
@@ -256,7 +258,7 @@ class ParallelMode:
                     self.router.settle_stored()
                 except KafkaException as exc:  # librdkafka's close must run whatever: it leaves the group
                     log.warning("close: could not store the offsets of the last records returned: %s", exc)
-                self.handover.hand_back.prepare_close()
+                self.handover.hand_back.prepare_close(self.router.closing())
             _K.close(self.app)
             if not manual and len(self.partitions):
                 log.warning(
@@ -268,3 +270,4 @@ class ParallelMode:
             self.child.close()
             self.parts.committer.close()
             self.link.close()
+        self.held.raise_held()  # an on_revoke's error during close: raised once closed, as plain's close() does

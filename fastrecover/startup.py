@@ -33,6 +33,7 @@ from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
 from fastrecover.config import Settings, child_config
 from fastrecover.errors import ConfigError
+from fastrecover.held import HeldError
 
 if TYPE_CHECKING:
     from fastrecover.parallel import ParallelMode
@@ -88,16 +89,17 @@ def advise_static_membership(conf: dict[str, Any]) -> None:
 class PendingMode:
     """What the mode is built from, kept until the first call that needs the mode."""
 
-    __slots__ = ("child", "conf", "settings")
+    __slots__ = ("child", "conf", "held", "settings")
 
-    def __init__(self, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None) -> None:
+    def __init__(self, conf: dict[str, Any], settings: Settings, child: _KafkaConsumer | None, held: HeldError) -> None:
         self.conf = conf
         self.settings = settings
         self.child = child
+        self.held = held
 
     def build(self, app: _KafkaConsumer) -> ParallelMode:
         """The mode of ``app``, its modules imported now if they are not yet."""
-        return mode_class()(app, self.conf, self.settings, self.child)
+        return mode_class()(app, self)
 
 
 def mode_class() -> type[ParallelMode]:

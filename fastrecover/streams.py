@@ -141,6 +141,7 @@ class Streams:
                 out.extend(self.note_child(msgs, runs))
             if out:
                 return out
+            self._parts.held.raise_held()  # nothing taken in this call: a callback's error goes now
             remaining = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
             if remaining <= 0:
                 return []

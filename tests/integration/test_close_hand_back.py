@@ -190,17 +190,20 @@ def _close_after_a_commit_in_on_revoke(
     return never
 
 
+@pytest.mark.parametrize(("auto_commit", "app_commit"), CASES)
 def test_close_records_what_the_primary_returned_so_a_fastrecover_successor_does_not_read_it_again(
-    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+    auto_commit: bool, app_commit: str, bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
 ) -> None:
     """The fresh records the primary returned above the open range are handed back as done, not only Kafka's offset.
 
-    Inside the revoke that librdkafka's close runs, the primary's positions cannot be read; they are
-    read before it, with the committed offsets.  A fastrecover successor then backfills only what the
-    closed member never delivered: a rolling restart during a backfill re-reads no fresh record.
+    Inside the revoke that librdkafka's close runs, the primary's positions and committed offsets
+    cannot be read; they are read before it.  Under auto-commit that read holds every fresh record
+    returned; with manual commits they are committed only by the application's on_revoke, inside
+    close, and what it commits there counts too.  A fastrecover successor then backfills only what
+    the closed member never delivered: a rolling restart during a backfill re-reads no fresh record.
     """
     topic = topic_factory(partitions=1)
-    never = _close_after_a_commit_in_on_revoke(True, "message", bootstrap, topic, unique_group, store_url, {})
+    never = _close_after_a_commit_in_on_revoke(auto_commit, app_commit, bootstrap, topic, unique_group, store_url, {})
     successor = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"enable.auto.commit": True}))
     delivered: list[Message] = []
 
