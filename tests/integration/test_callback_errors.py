@@ -5,7 +5,7 @@ callback it runs there raises (``on_commit``, ``stats_cb``, a rebalance callback
 that logs the error and reads on never gets them, and its next commits pass over them.  With the
 mode on, the error is held and raised by the next call, after the records were returned
 (fastrecover/held.py).  Before that, such an error thrown inside librdkafka's close() also left
-close() waiting for ever.
+close() waiting (over 45 s, until killed).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.integration.helpers import offset_of, parallel_config
 RECORDS = 20_000
 FRESH = 2_000
 DEADLINE_S = 60.0
-#: far above a close() of a consumer with nothing in flight; a close() that waits for ever is what fails
+#: far above a close() of a consumer with nothing in flight; a close() that does not return is what fails
 CLOSE_BOUND_S = 30.0
 
 
