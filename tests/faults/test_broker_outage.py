@@ -170,7 +170,7 @@ def test_the_probe_sees_the_plain_commit_wherever_fastrecover_calls_it() -> None
     root = Path(__file__).resolve().parents[2]
     consumer, commits = root / "fastrecover" / "consumer.py", root / "fastrecover" / "commits.py"
     direct = _line_of(consumer, "return _K.commit(self, message=message, asynchronous=asynchronous)")
-    offsetless = _line_of(commits, "return _K.commit(self.app, asynchronous=False)")
+    offsetless = _line_of(commits, "return self._noted(_K.commit(self.app, asynchronous=False))")
     both = _line_of(commits, "result = kafka()")
     worker = root / "tools" / "fastrecover_tools" / "testing" / "worker.py"
     action = _line_of(worker, "        action()")
