@@ -22,6 +22,7 @@ from fastrecover.book import RangeBook
 from fastrecover.codec import is_mirror
 from fastrecover.errors import StoreError
 from fastrecover.mode_state import ModeParts, key_of
+from fastrecover.paced import PacedWarning
 from fastrecover.ranges import (
     RangeProgress,
     merged_committed,
@@ -81,6 +82,8 @@ class CommitRouter:
         #: while close() runs: the Kafka offsets synchronous commits wrote (an on_revoke's), which the
         #: hand-back counts as processed, since librdkafka answers no committed-offset read inside close
         self.closing_commits: dict[TopicPartitionKey, int] | None = None
+        #: committed() reads the store at every call: a store that stays unreadable is said once a minute
+        self._unreadable = PacedWarning(log)
 
     def wait_for_store_with(self, finish: Callable[[bool], None]) -> None:
         """How a synchronous commit makes ranges read early durable first (the hand-over comes after the router)."""
@@ -363,8 +366,9 @@ class CommitRouter:
         try:
             tokens = store.open_ranges(self._parts.group, skip_corrupt=True)
         except StoreError as exc:
-            log.warning("committed(): range store unreadable, answering from Kafka only: %s", exc)
+            self._unreadable.failed("committed(): range store unreadable, answering from Kafka only: %s", exc)
             return {}
+        self._unreadable.succeeded("committed(): range store readable")
         out: dict[TopicPartitionKey, list[RangeProgress]] = {}
         for t in tokens:
             out.setdefault(t.key, []).append(t.progress)

@@ -23,6 +23,7 @@ from fastrecover.book import mirror_context
 from fastrecover.codec import Marker, cluster_label, read_marker
 from fastrecover.config import Settings
 from fastrecover.errors import CodecError, StoreError
+from fastrecover.paced import PacedWarning
 from fastrecover.ranges import RangeProgress
 from fastrecover.recovery import Trust, owing_cluster
 from fastrecover.tokens import Token, TopicPartitionKey
@@ -90,6 +91,8 @@ class RecoveryReads:
         self._cluster_unanswered_until = 0.0
         #: auto.offset.reset sends a partition with no committed offset to its log start (see reset_starts)
         self._reset_earliest = reset_earliest
+        #: a store that stays unreadable is said once, then once a minute: a pending recovery retries every back-off
+        self._unreadable = PacedWarning(log)
 
     def start_points(
         self, keys: list[TopicPartitionKey]
@@ -272,10 +275,11 @@ class RecoveryReads:
             found = store.partitions_ranges(
                 self._group, {(k.topic, k.partition): f for k, f in floors.items()}, skip_corrupt=True
             )
-            return {key: found[(key.topic, key.partition)] for key in floors}
         except StoreError as exc:
-            log.warning("range store unreadable during recovery of %d partition(s): %s", len(floors), exc)
+            self._unreadable.failed("range store unreadable during recovery of %d partition(s): %s", len(floors), exc)
             return None
+        self._unreadable.succeeded("range store readable during recovery")
+        return {key: found[(key.topic, key.partition)] for key in floors}
 
     def marker(self, key: TopicPartitionKey, metadata: str | None) -> Marker | None:
         """fastrecover's marker in the committed metadata; None when there is none or it cannot be read.

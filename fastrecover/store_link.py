@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from fastrecover import hooks
 from fastrecover.errors import StoreUnavailableError
+from fastrecover.paced import REPEAT_WARNING_S
 
 if TYPE_CHECKING:
     from fastrecover.store import RangeStore
@@ -25,8 +26,6 @@ log = logging.getLogger("fastrecover.committer")
 _UNBOUNDED_STATEMENT_MS = 30_000
 #: room for a connection, its pre-ping and the commit around the statements of one transaction
 CONNECT_SLACK_S = 5.0
-#: how often a store that stays unavailable is reported again
-_REPEAT_WARNING_S = 60.0
 
 
 class StoreLink:
@@ -210,7 +209,7 @@ class StoreLink:
         if self._down_since is None:
             self._down_since = self._warned_at = now
             log.warning("range store unavailable (%s); fast recovery is off until it answers", error)
-        elif now - self._warned_at >= _REPEAT_WARNING_S:
+        elif now - self._warned_at >= REPEAT_WARNING_S:
             self._warned_at = now
             log.warning(
                 "range store still unavailable after %.0f s and %d failed opens (%s); fast recovery stays off",

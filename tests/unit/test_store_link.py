@@ -173,7 +173,7 @@ def test_an_unavailable_store_is_reported_once_per_outage_not_per_try(
     assert len(warnings) == 1 and "range store unavailable" in warnings[0], warnings
     assert sum("still unavailable" in r.getMessage() for r in caplog.records if r.levelname == "DEBUG") == tries - 1
 
-    monkeypatch.setattr("fastrecover.store_link._REPEAT_WARNING_S", 0.0)  # a minute has passed at every try
+    monkeypatch.setattr("fastrecover.store_link.REPEAT_WARNING_S", 0.0)  # a minute has passed at every try
     caplog.clear()
     assert link.get(force=True) is None
     (repeat,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
