@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from fastrecover import Consumer
@@ -59,6 +59,15 @@ def fast_cleaner(bootstrap: str) -> Iterator[None]:
         yield
     finally:
         set_backoff(AlterConfigOpType.DELETE, None)
+
+
+def _commit(consumer: Consumer) -> None:
+    """commit() of what was processed; nothing stored yet (no record returned so far) is not a failure."""
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            raise
 
 
 def _records_left(bootstrap: str, topic: str) -> list[int]:
@@ -119,7 +128,7 @@ def test_a_range_over_compacted_offsets_delivers_what_is_left_and_finishes(
         wanted = in_range | {d.offset for d in live}
 
         def delivered_and_committed() -> bool:
-            consumer.commit(asynchronous=False)
+            _commit(consumer)
             (merged,) = consumer.committed([TopicPartition(topic, 0)], timeout=30)
             return {offset_of(m) for m in got} >= wanted and merged.offset > max(wanted)
 
@@ -131,5 +140,62 @@ def test_a_range_over_compacted_offsets_delivers_what_is_left_and_finishes(
     store = open_store(store_url)
     try:
         assert store.open_ranges(unique_group) == [], "the range over the emptied offsets finished"
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("fast_cleaner")
+def test_records_compacted_away_while_the_range_waits_are_gaps_and_the_range_finishes(
+    bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
+) -> None:
+    """The cleaner empties the range's last offsets after the recovery, while the partition is paused.
+
+    The live records replace the keys of the range's last records; once they roll the segment, the
+    cleaner removes those records.  On resume the child reads from its cursor, finds the next record
+    at the log end it recovered at or above (the primary's), and the range is finished.
+    """
+    topic = topic_factory(partitions=1, config=COMPACTED)
+    produce(bootstrap, topic, [Record(f"v{i}", key=f"k{i}", partition=0) for i in range(RECORDS)])
+    replaced = range(RECORDS - 50, RECORDS)
+    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
+    try:
+        plain.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)
+    finally:
+        plain.close()
+
+    consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
+    got: list[Message] = []
+    try:
+        partition = [TopicPartition(topic, 0)]
+        consumer.assign(partition)  # recovery runs here: range [COMMITTED, RECORDS), the primary at RECORDS
+        consumer.pause(partition)  # before the child hands out anything
+        (report,) = consumer.recoveries
+        assert [(r.start, r.end) for r in report.new_ranges] == [(COMMITTED, RECORDS)], report
+        live = produce(bootstrap, topic, [Record(f"new{i}", key=f"k{i}", partition=0) for i in replaced])
+        time.sleep(0.2)  # past segment.ms: the next record rolls the segment that holds the range
+        live += produce(bootstrap, topic, [Record("roll", key="roll", partition=0)])
+
+        def compacted() -> bool:
+            return not set(replaced) & set(_records_left(bootstrap, topic))
+
+        wait_for(compacted, 90, 0.5, "the log cleaner to remove the range's replaced records")
+        consumer.resume(partition)
+        wanted = set(range(COMMITTED, RECORDS - len(replaced))) | {d.offset for d in live}
+
+        def delivered_and_committed() -> bool:
+            _commit(consumer)
+            (merged,) = consumer.committed(partition, timeout=30)
+            return {offset_of(m) for m in got} >= wanted and merged.offset > max(wanted)
+
+        consume_until(consumer, got, delivered_and_committed, 90, "every record left, and the offset past them")
+    finally:
+        consumer.close()
+    delivered = {offset_of(m) for m in got}
+    assert delivered <= set(range(COMMITTED, max(wanted) + 1))
+    # nothing was handed out before the pause: the child read the range after the cleaner emptied its end
+    assert not delivered & set(replaced), "records the cleaner removed were delivered: the range was read before"
+    store = open_store(store_url)
+    try:
+        assert store.open_ranges(unique_group) == [], "the range whose last offsets were emptied finished"
     finally:
         store.close()
