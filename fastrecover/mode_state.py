@@ -23,9 +23,10 @@ from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 from fastrecover.batches import GapEvent, SkipEvent
 from fastrecover.book import RangeBook
 from fastrecover.child import ChildReader
+from fastrecover.child_config import child_config
 from fastrecover.codec import lineage_cluster, new_lineage
 from fastrecover.committer import RangeCommitter
-from fastrecover.config import Settings, child_config, is_cooperative, parse_bool
+from fastrecover.config import Settings, is_cooperative, parse_bool
 from fastrecover.held import HeldError
 from fastrecover.partitions import Partitions
 from fastrecover.primary import PrimaryOffsets

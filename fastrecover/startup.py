@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from confluent_kafka import TopicPartition
 from confluent_kafka.cimpl import Consumer as _KafkaConsumer
 
-from fastrecover.config import Settings, child_config
+from fastrecover.config import Settings
 from fastrecover.errors import ConfigError
 from fastrecover.held import HeldError
 
@@ -60,8 +60,11 @@ def child_handle(conf: dict[str, Any], settings: Settings) -> _KafkaConsumer | N
     """
     if not settings.child_overrides:
         return None
+    from fastrecover.child_config import child_config  # the mode's import brings it otherwise: not on every start
+
+    derived = child_config(conf, settings)  # an override the child's correctness rests on: ConfigError
     try:
-        return _KafkaConsumer(child_config(conf, settings))
+        return _KafkaConsumer(derived)
     except Exception as exc:
         raise ConfigError(
             f"the child consumer's configuration (the application's settings, fastrecover.backfill.* and "

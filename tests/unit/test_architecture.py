@@ -44,6 +44,7 @@ PURE = frozenset(
         "book",
         "partitions",
         "config",
+        "child_config",
         "errors",
         "hooks",
         "primary",
@@ -100,6 +101,8 @@ LAZY_IMPORTS = frozenset(
         ("fastrecover", "fastrecover.consumer"),  # PEP 562: Consumer is imported on first use
         # the mode's units are imported on a thread while the group join runs (fastrecover/startup.py)
         ("fastrecover.startup", "fastrecover.parallel"),
+        # the child's configuration at construction only with fastrecover.child.* overrides: not on every start
+        ("fastrecover.startup", "fastrecover.child_config"),
         ("fastrecover.consumer", "fastrecover.metrics"),  # metrics() of a mode-off or closed consumer
         # the snapshot types are made at the first metrics() call, not during the mode's import
         ("fastrecover.parallel", "fastrecover.metrics"),

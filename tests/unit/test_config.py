@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from fastrecover.config import (
     KEYS,
     Settings,
-    child_config,
     is_cooperative,
     parse_bool,
     split_config,
@@ -291,91 +290,6 @@ class TestParseBool:
 
 
 # ---- child overrides and the child's config --------------------------------------------------------
-
-
-class TestChildConfig:
-    def test_overrides_are_collected_and_stripped(self) -> None:
-        overrides = {"fastrecover.child.fetch.max.bytes": 5, "fastrecover.child.debug": "x"}
-        conf, s = split_config(enabled(**overrides))
-        assert "fastrecover.child.fetch.max.bytes" not in conf
-        assert s.child_overrides == {"fetch.max.bytes": 5, "debug": "x"}
-
-    def test_child_reconnects_sooner_unless_the_application_says(self) -> None:
-        from fastrecover.config import CHILD_RECONNECT_BACKOFF_MS
-
-        assert child_config(BASE, Settings(enabled=True))["reconnect.backoff.ms"] == CHILD_RECONNECT_BACKOFF_MS
-        assert (
-            child_config({**BASE, "reconnect.backoff.ms": 250}, Settings(enabled=True))["reconnect.backoff.ms"] == 250
-        )
-        # librdkafka refuses reconnect.backoff.ms above reconnect.backoff.max.ms: an application's maximum
-        # leaves both to it
-        assert "reconnect.backoff.ms" not in child_config(
-            {**BASE, "reconnect.backoff.max.ms": 5}, Settings(enabled=True)
-        )
-        overridden = Settings(enabled=True, child_overrides={"reconnect.backoff.ms": 40})
-        assert child_config(BASE, overridden)["reconnect.backoff.ms"] == 40
-
-    def test_child_never_joins_the_group_and_never_commits(self) -> None:
-        primary = {
-            **BASE,
-            "group.instance.id": "static-1",
-            "partition.assignment.strategy": "cooperative-sticky",
-            "group.protocol": "classic",
-            "enable.auto.commit": True,
-            "enable.auto.offset.store": True,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 2000,
-            "max.poll.interval.ms": 30000,
-            "on_commit": print,
-            "client.id": "app",
-            "security.protocol": "SASL_SSL",
-            "sasl.username": "u",
-        }
-        conf = child_config(primary, Settings(enabled=True))
-        for key in (
-            "group.instance.id",
-            "partition.assignment.strategy",
-            "group.protocol",
-            "on_commit",
-            "session.timeout.ms",
-            "heartbeat.interval.ms",
-            "max.poll.interval.ms",
-        ):
-            assert key not in conf
-        assert conf["group.id"] == "g.fastrecover-child"
-        assert conf["client.id"] == "app-fastrecover-child"
-        assert conf["enable.auto.commit"] is False
-        assert conf["enable.auto.offset.store"] is False
-        assert conf["auto.offset.reset"] == "error"
-        assert conf["enable.partition.eof"] is False
-        assert conf["bootstrap.servers"] == "localhost:9092"
-        assert conf["security.protocol"] == "SASL_SSL"
-        assert conf["sasl.username"] == "u"
-        assert "isolation.level" not in conf
-
-    def test_default_client_id_and_isolation_level_kept(self) -> None:
-        conf = child_config({**BASE, "isolation.level": "read_uncommitted"}, Settings(enabled=True))
-        assert conf["client.id"] == "rdkafka-fastrecover-child"
-        assert conf["isolation.level"] == "read_uncommitted"
-
-    def test_overrides_win(self) -> None:
-        settings = Settings(enabled=True, child_overrides={"fetch.wait.max.ms": 500, "client.id": "c"})
-        conf = child_config(BASE, settings)
-        assert conf["fetch.wait.max.ms"] == 500
-        assert conf["client.id"] == "c"
-
-    def test_primary_config_is_not_modified(self) -> None:
-        primary = {**BASE, "client.id": "app"}
-        child_config(primary, Settings(enabled=True))
-        assert primary == {**BASE, "client.id": "app"}
-
-    def test_end_to_end_from_split(self) -> None:
-        conf, s = split_config(enabled(**{"fastrecover.child.fetch.min.bytes": 10}))
-        child = child_config(conf, s)
-        assert child["fetch.min.bytes"] == 10
-        assert not any(k.startswith("fastrecover") or k.startswith("enable.parallel") for k in child)
 
 
 class TestCooperative:

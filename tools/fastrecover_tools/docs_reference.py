@@ -93,7 +93,9 @@ def config_keys_table() -> str:
         rows.append(f"| `{key}` | {_accepted(spec.parse)} | {_default(key, spec.default)} | {_cell(spec.doc)} |")
     rows.append(
         f"| `{config.CHILD_PREFIX}<librdkafka key>` | any | — | Sets one librdkafka property of the child "
-        "consumer only, applied last, checked when the consumer is built. |"
+        "consumer only, applied last, checked when the consumer is built. Refused: `enable.auto.commit`, "
+        "`enable.auto.offset.store` and `enable.partition.eof` true, an `auto.offset.reset` other than `error`, an "
+        "`isolation.level` other than the primary's, the application's own `group.id`. |"
     )
     return "\n".join(rows)
 
