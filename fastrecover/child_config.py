@@ -109,7 +109,7 @@ def _check_overrides(primary: Mapping[str, Any], overrides: Mapping[str, Any]) -
             )
         if key == "isolation.level":
             own = str(primary.get("isolation.level", _DEFAULT_ISOLATION))
-            if str(value) != own:
+            if str(value).lower() != own.lower():  # librdkafka reads the names in any case
                 raise ConfigError(
                     f"{name}={value!r} is refused: the child reads the lag the primary would have read, under "
                     f"the primary's isolation.level ({own!r}); with another it would deliver records of aborted "

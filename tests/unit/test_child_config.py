@@ -130,6 +130,7 @@ class TestChildConfig:
             ("auto.offset.reset", "error"),
             ("auto.offset.reset", "ERROR"),
             ("isolation.level", "read_committed"),
+            ("isolation.level", "READ_COMMITTED"),
             ("group.id", "g-child-allowed-by-acls"),
         ],
     )
