@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover.parallel import ParallelMode
@@ -142,6 +142,36 @@ def consume_until(consumer: Consumer, sink: list[Message], done: Any, timeout: f
         return bool(done())
 
     wait_for(step, timeout, interval=0.001, what=what)
+
+
+def commit_plainly(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
+    """Commit ``offsets`` for ``group`` with a plain consumer: what an earlier incarnation committed."""
+    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        plain.commit(offsets=offsets, asynchronous=False)
+    finally:
+        plain.close()
+
+
+def commit_processed(consumer: Consumer) -> None:
+    """commit() of what was processed; nothing stored yet (no record returned so far) is not a failure."""
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            raise
+
+
+def drain_and_commit(consumer: Consumer, sink: list[Message], partition: TopicPartition, wanted: set[int]) -> None:
+    """Consume (committing as it goes) until every offset of ``wanted`` of ``partition`` was delivered and
+    the merged committed offset is past them: the ranges under them finished."""
+
+    def done() -> bool:
+        commit_processed(consumer)
+        (merged,) = consumer.committed([partition], timeout=30)
+        return {offset_of(m) for m in sink} >= wanted and merged.offset > max(wanted)
+
+    consume_until(consumer, sink, done, 90, f"{len(wanted)} records, and the committed offset past them")
 
 
 def delivered_from(bootstrap: str, topic: str, group: str, store_url: str, wanted: set[int]) -> set[int]:

@@ -9,20 +9,20 @@ for an offset that holds no record would hold the group's offset back for good.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import Record, produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import consume_until, offset_of, parallel_config
+from tests.integration.helpers import commit_plainly, consume_until, drain_and_commit, offset_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -61,15 +61,6 @@ def fast_cleaner(bootstrap: str) -> Iterator[None]:
         set_backoff(AlterConfigOpType.DELETE, None)
 
 
-def _commit(consumer: Consumer) -> None:
-    """commit() of what was processed; nothing stored yet (no record returned so far) is not a failure."""
-    try:
-        consumer.commit(asynchronous=False)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError._NO_OFFSET:
-            raise
-
-
 def _records_left(bootstrap: str, topic: str) -> list[int]:
     """The offsets that hold a record, read from the log start by a consumer of no group."""
     reader = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
@@ -88,6 +79,24 @@ def _records_left(bootstrap: str, topic: str) -> list[int]:
         reader.close()
 
 
+def _compacted(bootstrap: str, topic: str, done: Callable[[list[int]], bool], what: str) -> list[int]:
+    """Roll the segment until the cleaner has compacted it as ``done`` says; the offsets left then.
+
+    The cleaner never touches the active segment, and a segment rolls at the first append past
+    ``segment.ms``: each look appends a record, of a key of its own so that no later pass removes it.
+    """
+    left: list[int] = []
+    rolls = itertools.count()
+
+    def look() -> bool:
+        produce(bootstrap, topic, [Record("roll", key=f"roll{next(rolls)}", partition=0)])
+        left[:] = _records_left(bootstrap, topic)
+        return done(left)
+
+    wait_for(look, 90, 0.3, what)
+    return left
+
+
 @pytest.mark.usefixtures("fast_cleaner")
 def test_a_range_over_compacted_offsets_delivers_what_is_left_and_finishes(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
@@ -98,24 +107,14 @@ def test_a_range_over_compacted_offsets_delivers_what_is_left_and_finishes(
         topic,
         [Record(f"v{i}", key=f"k{i}" if i % 2 == 0 else "hot", partition=0) for i in range(RECORDS)],
     )
-    time.sleep(0.2)  # past segment.ms: the next record rolls the segment, and the cleaner may compact it
-    produce(bootstrap, topic, [Record("roll", key="roll", partition=0)])
-
-    def compacted() -> bool:
-        left = _records_left(bootstrap, topic)
-        return len(left) < RECORDS // 2 + 10
-
-    wait_for(compacted, 90, 0.5, "the log cleaner to remove the replaced records")
-    left = _records_left(bootstrap, topic)
+    left = _compacted(
+        bootstrap, topic, lambda left: len(left) < RECORDS // 2 + 10, "the log cleaner to remove the replaced records"
+    )
     log_end = left[-1] + 1
     in_range = {o for o in left if COMMITTED <= o < log_end}
     assert len(in_range) < (log_end - COMMITTED) * 3 // 4, "the range holds offsets with no record"
 
-    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
-    try:
-        plain.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)
-    finally:
-        plain.close()
+    commit_plainly(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
 
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     got: list[Message] = []
@@ -126,13 +125,7 @@ def test_a_range_over_compacted_offsets_delivers_what_is_left_and_finishes(
         assert [(r.start, r.end) for r in report.new_ranges] == [(COMMITTED, log_end)], report
         live = produce(bootstrap, topic, [Record(f"live{i}", key=f"live{i}", partition=0) for i in range(LIVE)])
         wanted = in_range | {d.offset for d in live}
-
-        def delivered_and_committed() -> bool:
-            _commit(consumer)
-            (merged,) = consumer.committed([TopicPartition(topic, 0)], timeout=30)
-            return {offset_of(m) for m in got} >= wanted and merged.offset > max(wanted)
-
-        consume_until(consumer, got, delivered_and_committed, 90, "every record left, and the offset past them")
+        drain_and_commit(consumer, got, TopicPartition(topic, 0), wanted)
     finally:
         consumer.close()
     offsets = [offset_of(m) for m in got]
@@ -157,11 +150,7 @@ def test_records_compacted_away_while_the_range_waits_are_gaps_and_the_range_fin
     topic = topic_factory(partitions=1, config=COMPACTED)
     produce(bootstrap, topic, [Record(f"v{i}", key=f"k{i}", partition=0) for i in range(RECORDS)])
     replaced = range(RECORDS - 50, RECORDS)
-    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
-    try:
-        plain.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)
-    finally:
-        plain.close()
+    commit_plainly(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
 
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     got: list[Message] = []
@@ -171,23 +160,17 @@ def test_records_compacted_away_while_the_range_waits_are_gaps_and_the_range_fin
         consumer.pause(partition)  # before the child hands out anything
         (report,) = consumer.recoveries
         assert [(r.start, r.end) for r in report.new_ranges] == [(COMMITTED, RECORDS)], report
-        live = produce(bootstrap, topic, [Record(f"new{i}", key=f"k{i}", partition=0) for i in replaced])
-        time.sleep(0.2)  # past segment.ms: the next record rolls the segment that holds the range
-        live += produce(bootstrap, topic, [Record("roll", key="roll", partition=0)])
-
-        def compacted() -> bool:
-            return not set(replaced) & set(_records_left(bootstrap, topic))
-
-        wait_for(compacted, 90, 0.5, "the log cleaner to remove the range's replaced records")
+        produce(bootstrap, topic, [Record(f"new{i}", key=f"k{i}", partition=0) for i in replaced])
+        left = _compacted(
+            bootstrap,
+            topic,
+            lambda left: not set(replaced) & set(left),
+            "the log cleaner to remove the range's replaced records",
+        )
         consumer.resume(partition)
-        wanted = set(range(COMMITTED, RECORDS - len(replaced))) | {d.offset for d in live}
-
-        def delivered_and_committed() -> bool:
-            _commit(consumer)
-            (merged,) = consumer.committed(partition, timeout=30)
-            return {offset_of(m) for m in got} >= wanted and merged.offset > max(wanted)
-
-        consume_until(consumer, got, delivered_and_committed, 90, "every record left, and the offset past them")
+        wanted = {o for o in left if o >= COMMITTED}  # the range's records left, the new ones and the rolls
+        assert set(range(COMMITTED, RECORDS - len(replaced))) <= wanted
+        drain_and_commit(consumer, got, partition[0], wanted)
     finally:
         consumer.close()
     delivered = {offset_of(m) for m in got}

@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fastrecover import Consumer
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import consume_until, offset_of, parallel_config
+from tests.integration.helpers import commit_plainly, drain_and_commit, offset_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -32,24 +32,12 @@ CUT = 300
 LIVE = 10
 
 
-def _commit(consumer: Consumer) -> None:
-    try:
-        consumer.commit(asynchronous=False)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError._NO_OFFSET:
-            raise
-
-
 def test_records_deleted_under_the_childs_cursor_are_counted_and_the_rest_of_the_range_is_read(
     bootstrap: str, topic_factory: Any, unique_group: str, store_url: str
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
-    plain = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group})
-    try:
-        plain.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)
-    finally:
-        plain.close()
+    commit_plainly(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
 
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.backfill.batch.size": 10}))
     got: list[Message] = []
@@ -73,13 +61,7 @@ def test_records_deleted_under_the_childs_cursor_are_counted_and_the_rest_of_the
         consumer.resume(partition)
         live = produce(bootstrap, topic, [f"live{i}" for i in range(LIVE)], partition=0)
         wanted = set(range(CUT, LOG_END)) | {d.offset for d in live}
-
-        def delivered_and_committed() -> bool:
-            _commit(consumer)
-            (merged,) = consumer.committed(partition, timeout=30)
-            return {offset_of(m) for m in got} >= wanted and merged.offset > max(wanted)
-
-        consume_until(consumer, got, delivered_and_committed, 90, "the rest of the range, and the offset past it")
+        drain_and_commit(consumer, got, partition[0], wanted)
     finally:
         consumer.close()
     delivered = {offset_of(m) for m in got}
