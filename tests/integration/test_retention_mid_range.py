@@ -2,9 +2,9 @@
 
 The child's handle is made with ``auto.offset.reset=error``: when its next fetch falls below the log
 start, it learns so, moves the range's committed offset to the log start, counts what retention
-removed on the token, and reads every record still in the log.  A reset to the log end instead
-would finish the range over records still in the log (why ``fastrecover.child.auto.offset.reset``
-cannot be overridden: tests/unit/test_child_config.py).
+removed on the token, and reads every record still in the log.  Overridden to reset to the log end,
+the child left the range open for good and never delivered the records still in the log (why
+``fastrecover.child.auto.offset.reset`` cannot be overridden: tests/unit/test_child_config.py).
 """
 
 from __future__ import annotations
