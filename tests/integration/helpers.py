@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from fastrecover import Consumer
 from fastrecover.parallel import ParallelMode
 from fastrecover.recovery_writes import RecoveryReport
+from fastrecover_tools.bench.patterns import commit_ignoring_nothing
 from fastrecover_tools.testing.broker import group_is_empty, produce
 from fastrecover_tools.testing.waiting import wait_for
 from tests.integration.procs import WorkerProcess
@@ -144,30 +145,12 @@ def consume_until(consumer: Consumer, sink: list[Message], done: Any, timeout: f
     wait_for(step, timeout, interval=0.001, what=what)
 
 
-def commit_plainly(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
-    """Commit ``offsets`` for ``group`` with a plain consumer: what an earlier incarnation committed."""
-    plain = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        plain.commit(offsets=offsets, asynchronous=False)
-    finally:
-        plain.close()
-
-
-def commit_processed(consumer: Consumer) -> None:
-    """commit() of what was processed; nothing stored yet (no record returned so far) is not a failure."""
-    try:
-        consumer.commit(asynchronous=False)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError._NO_OFFSET:
-            raise
-
-
 def drain_and_commit(consumer: Consumer, sink: list[Message], partition: TopicPartition, wanted: set[int]) -> None:
     """Consume (committing as it goes) until every offset of ``wanted`` of ``partition`` was delivered and
     the merged committed offset is past them: the ranges under them finished."""
 
     def done() -> bool:
-        commit_processed(consumer)
+        commit_ignoring_nothing(consumer.commit, asynchronous=False)  # nothing returned yet is no failure
         (merged,) = consumer.committed([partition], timeout=30)
         return {offset_of(m) for m in sink} >= wanted and merged.offset > max(wanted)
 

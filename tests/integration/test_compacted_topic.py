@@ -22,7 +22,8 @@ from fastrecover import Consumer
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import Record, produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import commit_plainly, consume_until, drain_and_commit, offset_of, parallel_config
+from tests.integration.dropin import commit_offsets
+from tests.integration.helpers import consume_until, drain_and_commit, offset_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,7 @@ def test_a_range_over_compacted_offsets_delivers_what_is_left_and_finishes(
     in_range = {o for o in left if COMMITTED <= o < log_end}
     assert len(in_range) < (log_end - COMMITTED) * 3 // 4, "the range holds offsets with no record"
 
-    commit_plainly(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
+    commit_offsets(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
 
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     got: list[Message] = []
@@ -150,7 +151,7 @@ def test_records_compacted_away_while_the_range_waits_are_gaps_and_the_range_fin
     topic = topic_factory(partitions=1, config=COMPACTED)
     produce(bootstrap, topic, [Record(f"v{i}", key=f"k{i}", partition=0) for i in range(RECORDS)])
     replaced = range(RECORDS - 50, RECORDS)
-    commit_plainly(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
+    commit_offsets(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
 
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url))
     got: list[Message] = []

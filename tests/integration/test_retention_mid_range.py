@@ -19,7 +19,8 @@ from fastrecover import Consumer
 from fastrecover.store import open_store
 from fastrecover_tools.testing.broker import produce
 from fastrecover_tools.testing.waiting import wait_for
-from tests.integration.helpers import commit_plainly, drain_and_commit, offset_of, parallel_config
+from tests.integration.dropin import commit_offsets
+from tests.integration.helpers import drain_and_commit, offset_of, parallel_config
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def test_records_deleted_under_the_childs_cursor_are_counted_and_the_rest_of_the
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, [f"r{i}" for i in range(LOG_END)], partition=0)
-    commit_plainly(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
+    commit_offsets(bootstrap, unique_group, [TopicPartition(topic, 0, COMMITTED)])
 
     consumer = Consumer(parallel_config(bootstrap, unique_group, store_url, **{"fastrecover.backfill.batch.size": 10}))
     got: list[Message] = []
